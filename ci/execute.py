@@ -1,0 +1,19 @@
+"""Execute one notebook in a fresh kernel, in place, the way ci/regenerate needs it.
+
+Outputs are stored exactly as produced.  Per-cell execution metadata (timestamps) is
+dropped so that a re-run changes the file only where an output changed.
+"""
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+path = Path(sys.argv[1])
+nb = nbformat.read(path, as_version=4)
+client = NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+client.execute()
+for cell in nb.cells:
+    cell.metadata.pop("execution", None)
+nb.metadata.pop("widgets", None)
+nbformat.write(nb, path)

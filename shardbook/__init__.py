@@ -1,0 +1,16 @@
+"""Small, tested helpers shared by the chapters of *Sharding Brain Dynamics*.
+
+Import order matters: ``setup_devices`` must run before ``import brainpy``, so this
+package imports neither JAX nor BrainPy when it is imported.
+
+Modules:
+  devices   set up real or simulated devices, and check it took effect
+  shards    shard tables, bytes per device, tiling and sharding checks
+  hlo       collectives and constants read from a compiled program
+  memory    compiled memory analysis and predicted-versus-measured ledgers
+  plotting  ownership and bytes-per-device plots
+"""
+from .devices import DeviceSetupError, setup_devices
+
+__all__ = ["setup_devices", "DeviceSetupError"]
+__version__ = "1.0.0"

@@ -1,0 +1,93 @@
+"""Device setup for every notebook of the book.
+
+JAX fixes the number of CPU devices when its XLA backend starts, and importing
+``brainpy`` starts it.  So this module must be imported, and :func:`setup_devices`
+called, before ``import brainpy`` or any JAX computation.  This module itself does
+not start the backend until :func:`setup_devices` has set the device count.
+
+Anchor: JAX docs, "Introduction to parallel programming" (simulating devices with
+``jax_num_cpu_devices``) and ``jax.config`` option ``jax_num_cpu_devices``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_NUM_DEVICES = 8
+ENV_VAR = "BOOK_NUM_DEVICES"
+
+
+class DeviceSetupError(RuntimeError):
+    """The device configuration the reader asked for is not the one JAX is running with."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    count: int
+    platform: str
+    simulated: bool
+    kind: str
+
+    def __str__(self) -> str:
+        what = "simulated CPU devices" if self.simulated else f"{self.kind} device(s)"
+        return f"{self.count} {what} (platform: {self.platform})"
+
+
+def _backends_initialized() -> bool:
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
+
+
+def requested_cpu_devices(default: int = DEFAULT_NUM_DEVICES) -> int:
+    """The number of simulated CPU devices asked for: ``$BOOK_NUM_DEVICES`` or ``default``."""
+    raw = os.environ.get(ENV_VAR, str(default))
+    try:
+        n = int(raw)
+    except ValueError:
+        raise DeviceSetupError(f"{ENV_VAR}={raw!r} is not an integer; use e.g. {ENV_VAR}=4.") from None
+    if n < 1:
+        raise DeviceSetupError(f"{ENV_VAR}={n} must be at least 1.")
+    return n
+
+
+def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True) -> DeviceInfo:
+    """Configure devices before JAX starts, and check that the configuration took effect.
+
+    * On a machine without an accelerator, JAX gets ``N`` simulated CPU devices:
+      ``N = $BOOK_NUM_DEVICES`` if set, else ``default`` (8).
+    * On GPUs or TPUs, all real devices are used, and ``N`` is ignored.
+
+    Calling it again in the same process is harmless when nothing changed.  If JAX
+    already started with a different CPU device count (for example because
+    ``import brainpy`` ran first), it raises :class:`DeviceSetupError`, which says
+    how to fix it, instead of silently running on the wrong number of devices.
+    """
+    import jax
+
+    n = requested_cpu_devices(default)
+    started = _backends_initialized()
+    if not started:
+        # Only the CPU client reads this option; on a GPU machine it is harmless.
+        jax.config.update("jax_num_cpu_devices", n)
+    devices = jax.devices()
+    platform = devices[0].platform
+    simulated = platform == "cpu"
+    if simulated and len(devices) != n:
+        raise DeviceSetupError(
+            f"JAX is running with {len(devices)} CPU device(s), but {n} were requested. "
+            "JAX fixes the device count when its backend starts, and `import brainpy` (or any "
+            "JAX computation) starts it. Restart the kernel and run the device-setup cell "
+            "first, before importing brainpy."
+        )
+    info = DeviceInfo(len(devices), platform, simulated, devices[0].device_kind)
+    if verbose:
+        print(f"JAX {jax.__version__}: {info}")
+    return info
+
+
+def in_hosted_notebook() -> bool:
+    """True in a Google Colab or Kaggle runtime, where the first cell installs the book's pins."""
+    import sys
+
+    return "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ
