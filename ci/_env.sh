@@ -8,8 +8,18 @@ VENV="${BOOK_VENV:-$ROOT/.venv}"
 PY_BOOT="${PYTHON:-python3}"
 
 ensure_env() {
-  local want stamp
-  want="$(cat requirements.txt pyproject.toml | sha256sum | cut -c1-16)"
+  local want stamp extra=()
+  # BOOK_NO_INSTALL=1: use the python3 on PATH as it is (a machine without registry access, with
+  # the packages provided another way). Nothing is installed or checked.
+  if [[ "${BOOK_NO_INSTALL:-0}" == 1 ]]; then
+    echo "[env] BOOK_NO_INSTALL=1: using $(command -v python3) as it is"
+    mkdir -p "$ROOT/.out/bin"; ln -sf "$(command -v python3)" "$ROOT/.out/bin/python"; export PATH="$ROOT/.out/bin:$PATH"
+    export PYTHONHASHSEED=0 MPLBACKEND=Agg PYDEVD_DISABLE_FILE_VALIDATION=1 TF_CPP_MIN_LOG_LEVEL=2
+    return
+  fi
+  # BOOK_EXTRA_REQUIREMENTS: another pinned file installed on top (./ci/test --gpu uses ci/requirements-gpu.txt)
+  [[ -n "${BOOK_EXTRA_REQUIREMENTS:-}" ]] && extra=(-r "$BOOK_EXTRA_REQUIREMENTS")
+  want="$(cat requirements.txt pyproject.toml ${BOOK_EXTRA_REQUIREMENTS:-} | sha256sum | cut -c1-16)"
   stamp="$VENV/.book-stamp"
   if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "[env] reusing $(realpath --relative-to="$ROOT" "$VENV" 2>/dev/null || echo "$VENV") (requirements unchanged)"
@@ -21,7 +31,7 @@ PY
     local t0=$SECONDS
     "$PY_BOOT" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" || true
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt 2>&1 | grep -v "is ignored" || true
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt "${extra[@]}" 2>&1 | grep -v "is ignored" || true
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>&1 | grep -v "is ignored" || true
     "$VENV/bin/python" -c "import brainpy, jax, nbval, jupyter_book, shardbook" \
       || { echo "[env] installation failed: see the pip messages above" >&2; exit 1; }

@@ -1,0 +1,261 @@
+"""One sharded model across several processes, with JAX's own multi-process runtime.
+
+Chapter 5a runs the model-parallel RNN of chapter 3 (:class:`shardbook.models.RNN`
+under a ``'hidden'`` mesh) in two processes with four simulated CPU devices each, and
+checks that the 8-device result equals the single-process one.
+
+There is no home-made protocol here.  ``jax.distributed.initialize`` connects the
+processes (JAX docs, "Multi-controller JAX" / ``jax/_src/distributed.py``): process 0
+starts a coordinator service, every process connects to it, and afterwards
+``jax.devices()`` lists the devices of *all* processes.  On CPU the collectives
+between processes go through Gloo over TCP (``jax_cpu_collectives_implementation``,
+default ``'gloo'`` in JAX 0.10.2).  Every process runs the *same* program on its own
+devices: this is "multi-controller" JAX, the same model as on a GPU cluster.
+
+Two parts:
+
+* :func:`worker` is what each process runs.  It is teaching code: read it top to bottom.
+* :func:`launch` starts ``N`` worker processes on this machine (``python -m
+  shardbook.multiprocess ...``), on the loopback interface and a free port, with a
+  time limit, and returns what each one reported (one JSON object per process).
+
+Run one worker by hand, e.g. in two terminals::
+
+    JAX_PLATFORMS=cpu python -m shardbook.multiprocess --process-id 0 --num-processes 2 --port 12355
+    JAX_PLATFORMS=cpu python -m shardbook.multiprocess --process-id 1 --num-processes 2 --port 12355
+
+This module imports neither JAX nor BrainPy at import time: the device count and
+``jax.distributed.initialize`` must come before either starts the XLA backend.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+RESULT_PREFIX = "SHARDBOOK-RESULT "
+LOOPBACK = "127.0.0.1"
+
+# The model and task of the multi-process run: the chapter-3 RNN, small enough that
+# Gloo's TCP collectives between processes (two per time step, forward and backward)
+# stay fast on a laptop.  840 = lcm(1..8) hidden units divide by any device count.
+DEFAULTS = dict(num_in=8, hidden=840, num_out=8, batch=8, time=20, steps=3, lr=1e-3, seed=0)
+
+
+# ---------------------------------------------------------------------------------
+# What every process runs
+# ---------------------------------------------------------------------------------
+def start_runtime(process_id: int, num_processes: int, port: int, local_devices: int,
+                  timeout_s: int = 60) -> None:
+    """Join the multi-process JAX runtime.  Must run before ``import brainpy``.
+
+    Both steps fix things that JAX reads only once, when its backend starts:
+    the number of (simulated) CPU devices of this process, and the list of processes.
+    """
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", local_devices)   # this process's devices
+    jax.distributed.initialize(
+        coordinator_address=f"{LOOPBACK}:{port}",       # where process 0 listens
+        coordinator_bind_address=f"{LOOPBACK}:{port}",  # default is every interface ([::])
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=timeout_s,
+    )
+    assert jax.local_device_count() == local_devices
+    assert jax.device_count() == num_processes * local_devices
+
+
+def shard_report(x) -> dict:
+    """Where the pieces of a global array are, as seen from *this* process."""
+    from .shards import as_jax
+
+    arr = as_jax(x)
+    return dict(
+        spec=str(arr.sharding.spec),
+        global_shards=len(arr.global_shards),            # every device, in every process
+        addressable_shards=len(arr.addressable_shards),  # only this process's devices
+        is_fully_addressable=arr.is_fully_addressable,
+        is_fully_replicated=arr.is_fully_replicated,
+        local=[dict(device=s.device.id, columns=_columns(s.index, arr.shape))
+               for s in arr.addressable_shards],
+    )
+
+
+def _columns(index, shape) -> str:
+    start, stop, _ = index[-1].indices(shape[-1])
+    return f"{start}:{stop}"
+
+
+def worker(process_id: int, num_processes: int, port: int, local_devices: int,
+           **task) -> dict:
+    """Train the chapter-3 RNN on a mesh that spans all processes; report from here."""
+    cfg = {**DEFAULTS, **task}
+
+    # 1. Join the runtime FIRST: importing brainpy would start the XLA backend.
+    start_runtime(process_id, num_processes, port, local_devices)
+
+    import jax
+    import numpy as np
+    import brainpy.math as bm
+    from jax.experimental import multihost_utils
+
+    from .models import RNN, make_task, make_train_step
+    from .shards import bytes_per_device
+
+    # 2. The same code as on one machine.  jax.devices() now lists the devices of
+    #    every process, so this 1-D 'hidden' mesh splits the hidden axis 8 ways.
+    with bm.sharding.device_mesh(np.array(jax.devices()), ["hidden"]):
+        model = RNN(cfg["num_in"], cfg["hidden"], cfg["num_out"], cfg["batch"], seed=cfg["seed"])
+    step = make_train_step(model, cfg["lr"])
+    # Every process builds the same inputs (same seed): they are replicated.
+    xs, ys = make_task(cfg["batch"], cfg["time"], cfg["num_in"], cfg["num_out"], seed=cfg["seed"])
+    # The loss is a replicated scalar: every process holds all of it, so float() works.
+    losses = [float(step(xs, ys)) for _ in range(cfg["steps"])]
+
+    # 3. Reading a sharded result.  W_rec is split over 8 devices; 4 are elsewhere.
+    wrec = model.wrec.value
+    try:
+        np.asarray(wrec)                          # needs every shard in this process
+        fetch_error = None
+    except RuntimeError as e:
+        fetch_error = f"{type(e).__name__}: {e}"
+    # An explicit gather: every process receives the whole array (a collective, so
+    # every process must call it).
+    wout_full = multihost_utils.process_allgather(model.wout.value, tiled=True)
+
+    # 4. A hosts x devices mesh.  BrainPy maps one array axis to ONE mesh axis, so
+    #    'hidden' splits 4 ways inside each process and 'host' replicates.
+    local = np.array(jax.devices()).reshape(num_processes, local_devices)
+    with bm.sharding.device_mesh(local, ["host", "hidden"]):
+        model_2d = RNN(cfg["num_in"], cfg["hidden"], cfg["num_out"], cfg["batch"], seed=cfg["seed"])
+    wrec_2d = model_2d.wrec.value
+    np.asarray(wrec_2d)  # works: this process holds every column (a full replica)
+
+    report = dict(
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        local_devices=[d.id for d in jax.local_devices()],
+        global_devices=[d.id for d in jax.devices()],
+        losses=losses,
+        wrec=shard_report(wrec),
+        fetch_error=fetch_error,
+        wout_gathered=np.asarray(wout_full).tolist(),
+        wrec_bytes_1d=bytes_per_device(wrec),
+        wrec_2d=shard_report(wrec_2d),
+        wrec_bytes_2d=bytes_per_device(wrec_2d),
+        mesh_2d=dict(model_2d.wrec.value.sharding.mesh.shape),
+    )
+    jax.distributed.shutdown()   # a barrier: no process leaves while others still need it
+    return report
+
+
+# ---------------------------------------------------------------------------------
+# Starting the processes (the notebook's job; on a cluster, srun or mpirun does it)
+# ---------------------------------------------------------------------------------
+def free_port() -> int:
+    """A TCP port on the loopback interface that nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def _child_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "cpu"
+    # The worker sets its own device count; a count forced through XLA_FLAGS would win.
+    flags = [f for f in env.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    env["XLA_FLAGS"] = " ".join(flags)
+    env.pop("BOOK_NUM_DEVICES", None)
+    env.update(extra or {})
+    return env
+
+
+def _tail(text: str, n: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-n:])
+
+
+def launch(num_processes: int = 2, devices_per_process: int = 4, timeout_s: float = 240,
+           **task) -> list[dict]:
+    """Start ``num_processes`` workers on this machine and return their reports.
+
+    Each worker is ``python -m shardbook.multiprocess`` with its process id, on
+    ``127.0.0.1`` and one free port, with ``JAX_PLATFORMS=cpu`` and
+    ``devices_per_process`` simulated devices.  If any worker fails, or all have not
+    finished within ``timeout_s`` seconds, every worker is killed and the error
+    (with the end of the failing worker's stderr) is raised.  Reports are sorted by
+    process index.
+    """
+    port = free_port()
+    args = [sys.executable, "-m", "shardbook.multiprocess", "--num-processes", str(num_processes),
+            "--port", str(port), "--devices-per-process", str(devices_per_process),
+            "--task", json.dumps(task)]
+    procs, outs, errs = [], [], []
+    try:
+        for i in range(num_processes):
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            outs.append(out)
+            errs.append(err)
+            procs.append(subprocess.Popen(
+                args + ["--process-id", str(i)], stdout=out, stderr=err, env=_child_env(),
+                start_new_session=True))   # its own process group: killable with children
+        deadline = time.monotonic() + timeout_s
+        while any(p.poll() is None for p in procs):
+            failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
+            if failed:
+                raise RuntimeError(_failure(procs, errs, failed[0], "failed"))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the {num_processes} processes did not finish within "
+                                   f"{timeout_s:.0f} s; all were killed")
+            time.sleep(0.05)
+        failed = [i for i, p in enumerate(procs) if p.returncode != 0]
+        if failed:
+            raise RuntimeError(_failure(procs, errs, failed[0], "failed"))
+        reports = []
+        for i, out in enumerate(outs):
+            out.seek(0)
+            lines = [ln for ln in out.read().splitlines() if ln.startswith(RESULT_PREFIX)]
+            if not lines:
+                raise RuntimeError(_failure(procs, errs, i, "reported nothing"))
+            reports.append(json.loads(lines[-1][len(RESULT_PREFIX):]))
+        return sorted(reports, key=lambda r: r["process_index"])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        for f in outs + errs:
+            f.close()
+
+
+def _failure(procs, errs, i, what) -> str:
+    errs[i].seek(0)
+    return (f"process {i} {what} (exit code {procs[i].returncode}); end of its stderr:\n"
+            + _tail(errs[i].read()))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--process-id", type=int, required=True)
+    p.add_argument("--num-processes", type=int, required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--devices-per-process", type=int, default=4)
+    p.add_argument("--task", default="{}", help="JSON object overriding DEFAULTS")
+    a = p.parse_args(argv)
+    report = worker(a.process_id, a.num_processes, a.port, a.devices_per_process,
+                    **json.loads(a.task))
+    print(RESULT_PREFIX + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+"""Every test in this folder runs with 4 simulated CPU devices.
+
+JAX fixes the device count when its backend starts, so it is set here, when pytest
+loads this file and before any test module imports JAX or BrainPy.
+"""
+import os
+
+os.environ["JAX_PLATFORMS"] = "cpu"
+os.environ["BOOK_NUM_DEVICES"] = "4"
+
+from shardbook import setup_devices  # noqa: E402
+
+setup_devices(verbose=False)

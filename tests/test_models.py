@@ -1,0 +1,160 @@
+"""Tests of shardbook.models on 4 simulated CPU devices.
+
+JAX fixes the device count when it starts, and pytest may already have started it
+with another count, so the checks run in a fresh Python process that sets
+BOOK_NUM_DEVICES=4 before importing BrainPy.  It prints its measurements as JSON and
+the tests below assert on them.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+SCRIPT = textwrap.dedent(
+    r"""
+    import json, warnings
+    from shardbook import setup_devices
+    setup_devices(verbose=False)
+    import jax, numpy as np
+    import brainpy as bp, brainpy.math as bm
+    from jax.sharding import PartitionSpec as P
+    from shardbook.models import (RNN, make_task, make_train_step, train, shard_batch,
+                                  mesh_shape_2d, rnn_bytes, hidden_size_sweep)
+    from shardbook.shards import max_bytes_per_device
+
+    n = jax.device_count()
+    B, T, I, H, O = 8, 12, 3, 840, 2
+    xs, ys = make_task(B, T, I, O, seed=0)
+    out = dict(n=n)
+
+    def spec(v):
+        s = v.value.sharding
+        return str(getattr(s, "spec", type(s).__name__))
+
+    def build(shape, names, **kw):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            if shape is None:
+                return RNN(I, H, O, B, **kw), None, [str(x.message) for x in w]
+            with bm.sharding.device_mesh(np.array(jax.devices()).reshape(shape), names) as mesh:
+                model = RNN(I, H, O, B, **kw)
+        return model, mesh, [str(x.message) for x in w]
+
+    runs = {}
+    for key, shape, names in [("single", None, None), ("hidden", (n,), ["hidden"]),
+                              ("batch", (n,), ["batch"]),
+                              ("2d", mesh_shape_2d(n), ["batch", "hidden"])]:
+        model, mesh, warned = build(shape, names)
+        x, y = (xs, ys) if mesh is None else (shard_batch(xs, mesh), shard_batch(ys, mesh))
+        step = make_train_step(model, 1e-3)
+        losses = train(model, x, y, 3, step=step)
+        runs[key] = dict(
+            losses=losses.tolist(),
+            wrec=np.asarray(model.wrec.value).tolist(),
+            specs={k: spec(getattr(model, k)) for k in ("state", "win", "wrec", "wout")},
+            adam={k.split(".")[-1]: spec(v) for k, v in step.optimizer.vars().items()
+                  if k.endswith(("_m", "_v"))},
+            warnings=warned,
+            weight_bytes=max_bytes_per_device(model.win, model.wrec, model.wout),
+        )
+        if key == "hidden":
+            model.reset_state(B)
+            runs[key]["state_after_reset"] = spec(model.state)
+    out["runs"] = runs
+    out["predicted_weight_bytes"] = rnn_bytes(I, H, O, B, T, hidden_shards=n)["weights"]
+
+    # annotate="state": the weights start unsharded
+    model, _, _ = build((n,), ["hidden"], annotate="state")
+    out["state_only_before"] = {k: spec(getattr(model, k)) for k in ("state", "wrec")}
+
+    # the discussion's positional call: variable(init, num_hid, batch_size) = batch num_hid
+    with bm.sharding.device_mesh(jax.devices(), ["hidden"]):
+        v = bp.init.variable(bm.zeros, H, B, axis_names=["hidden"])
+        out["trap_shape"] = list(v.shape)
+        try:
+            bp.init.variable(bm.zeros, H, 1, axis_names=["hidden"])
+            out["trap_batch1"] = "no error"
+        except Exception as e:
+            out["trap_batch1"] = type(e).__name__
+        out["fixed_shape"] = list(bp.init.variable(bm.zeros, batch_or_mode=1, sizes=H,
+                                                   axis_names=["hidden"]).shape)
+
+    out["task_same"] = bool(np.array_equal(make_task(2, 5, 3, 2, 7)[1], make_task(2, 5, 3, 2, 7)[1]))
+    sweep = hidden_size_sweep([840], steps=1, batch=4, time_steps=5, command="pytest")
+    out["sweep"] = sweep["rows"][0]
+    out["sweep_prov"] = sweep["provenance"]
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def result():
+    env = dict(os.environ, JAX_PLATFORMS="cpu", BOOK_NUM_DEVICES="4")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")][-1]
+    return json.loads(line[len("RESULT"):])
+
+
+def test_four_devices(result):
+    assert result["n"] == 4
+
+
+def test_every_strategy_gives_the_same_training(result):
+    ref = result["runs"]["single"]
+    for key in ("hidden", "batch", "2d"):
+        run = result["runs"][key]
+        # float32, 3 Adam steps: only the order of sums differs between strategies
+        np.testing.assert_allclose(run["losses"], ref["losses"], rtol=1e-5, err_msg=key)
+        np.testing.assert_allclose(run["wrec"], ref["wrec"], atol=1e-5, err_msg=key)
+    assert ref["losses"][-1] < ref["losses"][0], "training does not reduce the loss"
+
+
+def test_hidden_shardings(result):
+    specs = result["runs"]["hidden"]["specs"]
+    assert specs == {"state": "P(None, 'hidden')", "win": "P(None, 'hidden')",
+                     "wrec": "P(None, 'hidden')", "wout": "P('hidden',)"}
+    assert result["runs"]["hidden"]["state_after_reset"] == "P(None, 'hidden')"
+    # Adam moments stay split like their weights after updates
+    adam = result["runs"]["hidden"]["adam"]
+    assert adam["wrec_m"] == adam["wrec_v"] == "P(None, 'hidden')"
+    assert adam["wout_m"] == "P('hidden',)"
+    # the weights on one device are a quarter of the whole
+    assert result["runs"]["hidden"]["weight_bytes"] == result["predicted_weight_bytes"]
+
+
+def test_batch_and_2d_shardings(result):
+    b = result["runs"]["batch"]
+    assert b["specs"]["state"] == "P('batch',)" and b["specs"]["wrec"] == "P(None, None)"
+    assert b["warnings"] == [], "the RNN should silence BrainPy's all-names-missing warning on a batch mesh"
+    d = result["runs"]["2d"]["specs"]
+    assert d["state"] == "P('batch', 'hidden')" and d["wrec"] == "P(None, 'hidden')"
+
+
+def test_unsharded_outside_a_mesh(result):
+    assert set(result["runs"]["single"]["specs"].values()) == {"SingleDeviceSharding"}
+
+
+def test_state_only_annotation(result):
+    assert result["state_only_before"] == {"state": "P(None, 'hidden')", "wrec": "SingleDeviceSharding"}
+
+
+def test_argument_order_trap(result):
+    assert result["trap_shape"] == [840, 8]        # batch 840, size 8: mis-shaped, no error
+    assert result["trap_batch1"] == "IndivisibleError"  # the discussion's batch_size=1 on 4 devices
+    assert result["fixed_shape"] == [1, 840]
+
+
+def test_task_and_sweep(result):
+    assert result["task_same"]
+    row = result["sweep"]
+    assert row["hidden"] == 840
+    assert row["weights_bytes"] == row["predicted"]["weights"]
+    assert row["adam_bytes"] == row["predicted"]["adam"]
+    assert row["memory_analysis"]["arguments"] > row["weights_bytes"]
+    assert result["sweep_prov"]["device_count"] == 4 and result["sweep_prov"]["command"] == "pytest"

@@ -1,0 +1,154 @@
+"""Tests of the shared helpers: each check must pass on what it claims and fail otherwise."""
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from shardbook import DeviceSetupError, hlo, memory, setup_devices, shards
+
+N = jax.device_count()
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return Mesh(np.array(jax.devices()), ("x",))
+
+
+def test_device_count_took_effect():
+    assert N == 4
+    info = setup_devices(verbose=False)  # a second call is harmless
+    assert info.count == 4 and info.simulated
+
+
+def test_changed_count_after_start_raises(monkeypatch):
+    monkeypatch.setenv("BOOK_NUM_DEVICES", "2")
+    with pytest.raises(DeviceSetupError, match="Restart the kernel"):
+        setup_devices(verbose=False)
+
+
+def test_bad_env_value(monkeypatch):
+    monkeypatch.setenv("BOOK_NUM_DEVICES", "eight")
+    with pytest.raises(DeviceSetupError, match="not an integer"):
+        setup_devices(verbose=False)
+
+
+def test_too_late_in_fresh_process():
+    """Importing brainpy first starts the backend with 1 device; setup_devices must say so."""
+    code = (
+        "import os; os.environ['BOOK_NUM_DEVICES']='3'; os.environ['JAX_PLATFORMS']='cpu'\n"
+        "import brainpy\n"
+        "from shardbook import setup_devices, DeviceSetupError\n"
+        "try:\n    setup_devices(verbose=False)\nexcept DeviceSetupError as e:\n    print('raised', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS",)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert "raised JAX is running with 1 CPU device(s), but 3 were requested" in out.stdout, out.stderr[-2000:]
+
+
+def test_shard_rows_and_tiling(mesh):
+    x = jax.device_put(jnp.arange(8 * 6, dtype=jnp.float32).reshape(8, 6), NamedSharding(mesh, P("x")))
+    rows = shards.shard_rows(x)
+    assert [r["shape"] for r in rows] == [(2, 6)] * 4
+    assert sum(r["nbytes"] for r in rows) == x.nbytes
+    shards.check_tiling(x)
+    shards.check_sharding(x, P("x"))
+    with pytest.raises(AssertionError):
+        shards.check_sharding(x, P(None, "x"))
+    assert shards.bytes_per_device(x) == {d.id: x.nbytes // 4 for d in jax.devices()}
+    assert "NamedSharding" in shards.shard_table(x)
+
+
+def test_replicated_counts_full_bytes_everywhere(mesh):
+    x = jax.device_put(jnp.ones((8, 6)), NamedSharding(mesh, P()))
+    shards.check_tiling(x)
+    assert shards.is_replicated(x)
+    assert set(shards.bytes_per_device(x).values()) == {x.nbytes}
+    with pytest.raises(AssertionError):
+        shards.check_sharding(x, P("x"))
+
+
+def test_brainpy_array_unwraps(mesh):
+    import brainpy.math as bm
+
+    a = bm.sharding.partition_by_sharding(bm.ones((8, 3)), NamedSharding(mesh, P("x")))
+    shards.check_sharding(a, P("x"))
+    assert shards.max_bytes_per_device(a) == 2 * 3 * 4
+    with pytest.raises(TypeError):
+        shards.as_jax([1, 2])
+
+
+def test_hlo_collectives_per_step(mesh):
+    w = jax.device_put(jnp.ones((16, 16)), NamedSharding(mesh, P(None, "x")))
+    h0 = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P()))
+
+    def f(w, h):
+        def body(h, _):
+            h = jnp.tanh(h @ w)
+            return h, h.sum()
+
+        return jax.lax.scan(body, h, None, length=5)[1].sum()
+
+    compiled = jax.jit(f).lower(w, h0).compile()
+    per_step = hlo.count(compiled, per_step=True)
+    assert sum(per_step.values()) >= 1, hlo.summary(compiled)
+    # an unsharded program has none
+    compiled1 = jax.jit(f).lower(jnp.ones((16, 16)), jnp.ones((8, 16))).compile()
+    assert hlo.collectives(compiled1) == []
+    assert hlo.summary(compiled1).startswith("no collectives")
+
+
+def test_hlo_parses_async_and_tuples():
+    text = (
+        "ENTRY %main (p: f32[4]) -> f32[4] {\n"
+        "  %ars = (f32[4]{0}, f32[16]{0}) all-gather-start(%p), dimensions={0}\n"
+        "  %ard = f32[16]{0} all-gather-done(%ars)\n"
+        "  %ar = (f32[4]{0}, f32[2,2]{1,0}) all-reduce(%a, %b), to_apply=%add\n"
+        "  %c = f32[512,512]{1,0} constant({...})\n"
+        "}\n"
+    )
+    cs = hlo.collectives(text)
+    assert [c.op for c in cs] == ["all-gather", "all-reduce"]
+    assert cs[0].nbytes == 64 and cs[1].nbytes == 32
+    assert hlo.constant_bytes(text) == 512 * 512 * 4
+
+
+def test_closure_constant_is_full_size_on_every_device(mesh):
+    rng = np.random.default_rng(0)  # random data: XLA cannot fold it into a broadcast
+    big = jax.device_put(rng.standard_normal((256, 256), dtype=np.float32), NamedSharding(mesh, P("x")))
+    as_const = jax.jit(lambda v: big @ v).lower(jnp.ones(256)).compile()
+    as_arg = jax.jit(lambda m, v: m @ v).lower(big, jnp.ones(256)).compile()
+    assert hlo.constant_bytes(as_const) == 256 * 256 * 4
+    assert hlo.constant_bytes(as_arg) == 0
+    assert memory.compiled_memory(as_arg)["arguments"] == 256 * 256 * 4 // 4 + 256 * 4
+
+
+def test_ledger_checks():
+    led = memory.Ledger("t").add("a", 100, 100.5).add("b", 1000, 1000)
+    led.check()
+    assert "predicted" in str(led)
+    with pytest.raises(AssertionError, match="b: predicted"):
+        memory.Ledger("t").add("b", 1000, 1200, rtol=0.1).check()
+
+
+def test_largest_fitting():
+    assert memory.largest_fitting(lambda n: 8 * n, 800) == 100
+    assert memory.largest_fitting(lambda n: 8 * n, 800, step=840) == 0
+    assert memory.largest_fitting(lambda n: n * n, 1e6, step=10) == 1000
+    assert memory.fmt_bytes(3 * 2**30) == "3.00 GiB"
+
+
+def test_plots_run(mesh):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from shardbook import plotting
+
+    x = jax.device_put(jnp.ones((8, 4, 12)), NamedSharding(mesh, P("x", None, None)))
+    assert plotting.owner_map(x, 0)[0] == [0] and len(plotting.owner_map(x, 1)[0]) == 4
+    plotting.plot_axis_ownership(x, ["batch", "time", "neuron"])
+    plotting.plot_bytes_vs_devices([1, 2, 4], {"a": [4, 2, 1]}, predicted={"a": [4, 2, 1]})
