@@ -36,7 +36,9 @@ class DeviceInfo:
 def _backends_initialized() -> bool:
     from jax._src import xla_bridge
 
-    return xla_bridge.backends_are_initialized()
+    if hasattr(xla_bridge, "backends_are_initialized"):  # JAX >= 0.4.36
+        return xla_bridge.backends_are_initialized()
+    return bool(getattr(xla_bridge, "_backends", {}))
 
 
 def requested_cpu_devices(default: int = DEFAULT_NUM_DEVICES) -> int:
