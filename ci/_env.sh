@@ -14,7 +14,7 @@ ensure_env() {
   if [[ "${BOOK_NO_INSTALL:-0}" == 1 ]]; then
     echo "[env] BOOK_NO_INSTALL=1: using $(command -v python3) as it is"
     mkdir -p "$ROOT/.out/bin"; ln -sf "$(command -v python3)" "$ROOT/.out/bin/python"; export PATH="$ROOT/.out/bin:$PATH"
-    export PYTHONHASHSEED=0 MPLBACKEND=Agg PYDEVD_DISABLE_FILE_VALIDATION=1 TF_CPP_MIN_LOG_LEVEL=2
+    export PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1 TF_CPP_MIN_LOG_LEVEL=2
     return
   fi
   # BOOK_EXTRA_REQUIREMENTS: another pinned file installed on top (./ci/test --gpu uses ci/requirements-gpu.txt)
@@ -39,7 +39,7 @@ PY
     echo "[env] installed in $((SECONDS - t0)) s"
   fi
   export PATH="$VENV/bin:$PATH"
-  export PYTHONHASHSEED=0 MPLBACKEND=Agg PYDEVD_DISABLE_FILE_VALIDATION=1
+  export PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1
   export TF_CPP_MIN_LOG_LEVEL=2
 }
 

@@ -43,7 +43,7 @@ RESULT_PREFIX = "SHARDBOOK-RESULT "
 LOOPBACK = "127.0.0.1"
 
 # The model and task of the multi-process run: the chapter-3 RNN, small enough that
-# Gloo's TCP collectives between processes (two per time step, forward and backward)
+# Gloo's TCP collectives between processes (at every time step, forward and backward)
 # stay fast on a laptop.  840 = lcm(1..8) hidden units divide by any device count.
 DEFAULTS = dict(num_in=8, hidden=840, num_out=8, batch=8, time=20, steps=3, lr=1e-3, seed=0)
 
@@ -61,6 +61,7 @@ def start_runtime(process_id: int, num_processes: int, port: int, local_devices:
     import jax
 
     jax.config.update("jax_num_cpu_devices", local_devices)   # this process's devices
+    _gloo_on_loopback()                                        # CPU collectives: 127.0.0.1 too
     jax.distributed.initialize(
         coordinator_address=f"{LOOPBACK}:{port}",       # where process 0 listens
         coordinator_bind_address=f"{LOOPBACK}:{port}",  # default is every interface ([::])
@@ -70,6 +71,26 @@ def start_runtime(process_id: int, num_processes: int, port: int, local_devices:
     )
     assert jax.local_device_count() == local_devices
     assert jax.device_count() == num_processes * local_devices
+
+
+def _gloo_on_loopback() -> None:
+    """Make the CPU collectives between processes (Gloo over TCP) use 127.0.0.1 as well.
+
+    By default Gloo listens on the address that this machine's host name resolves to,
+    which may be a public interface.  jaxlib's ``make_gloo_tcp_collectives`` takes a
+    ``hostname``, but JAX 0.10.2 has no option to pass it, so we register a CPU backend
+    factory that does (``make_cpu_client(collectives=...)``, ``jax/_src/xla_bridge.py``).
+    It takes effect when the backend starts, after ``jax.distributed.initialize``.
+    """
+    from jax._src import distributed, xla_bridge
+    from jax._src.lib import _jax
+
+    def cpu_client():
+        gloo = _jax.make_gloo_tcp_collectives(
+            distributed_client=distributed.global_state.client, hostname=LOOPBACK)
+        return xla_bridge.make_cpu_client(collectives=gloo)
+
+    xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
 
 
 def shard_report(x) -> dict:
@@ -136,7 +157,11 @@ def worker(process_id: int, num_processes: int, port: int, local_devices: int,
     with bm.sharding.device_mesh(local, ["host", "hidden"]):
         model_2d = RNN(cfg["num_in"], cfg["hidden"], cfg["num_out"], cfg["batch"], seed=cfg["seed"])
     wrec_2d = model_2d.wrec.value
-    np.asarray(wrec_2d)  # works: this process holds every column (a full replica)
+    try:
+        np.asarray(wrec_2d)  # works: this process holds every column (a full replica)
+        fetch_error_2d = None
+    except RuntimeError as e:
+        fetch_error_2d = f"{type(e).__name__}: {e}"
 
     report = dict(
         process_index=jax.process_index(),
@@ -150,7 +175,8 @@ def worker(process_id: int, num_processes: int, port: int, local_devices: int,
         wrec_bytes_1d=bytes_per_device(wrec),
         wrec_2d=shard_report(wrec_2d),
         wrec_bytes_2d=bytes_per_device(wrec_2d),
-        mesh_2d=dict(model_2d.wrec.value.sharding.mesh.shape),
+        fetch_error_2d=fetch_error_2d,
+        mesh_2d=dict(wrec_2d.sharding.mesh.shape),
     )
     jax.distributed.shutdown()   # a barrier: no process leaves while others still need it
     return report
@@ -166,7 +192,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child_env(extra: dict | None = None) -> dict:
+def child_env(extra: dict | None = None) -> dict:
+    """This process's environment for a CPU-only child: JAX_PLATFORMS=cpu, no forced device count."""
     env = dict(os.environ)
     env["JAX_PLATFORMS"] = "cpu"
     # The worker sets its own device count; a count forced through XLA_FLAGS would win.
@@ -204,7 +231,7 @@ def launch(num_processes: int = 2, devices_per_process: int = 4, timeout_s: floa
             outs.append(out)
             errs.append(err)
             procs.append(subprocess.Popen(
-                args + ["--process-id", str(i)], stdout=out, stderr=err, env=_child_env(),
+                args + ["--process-id", str(i)], stdout=out, stderr=err, env=child_env(),
                 start_new_session=True))   # its own process group: killable with children
         deadline = time.monotonic() + timeout_s
         while any(p.poll() is None for p in procs):

@@ -1,0 +1,198 @@
+"""The cluster launch recipes in recipes/: syntax, SLURM directives, and a fake-cluster run.
+
+CI cannot run SLURM or MPI.  It can check that the scripts parse, that the #SBATCH
+block is one SLURM accepts and JAX's SLURM detection expects, that JAX 0.10.2 really
+reads the environment variables the recipes' comments name, and it can run
+recipes/train_rnn.py in two processes on this machine with the environment that srun
+would set (on CPU, loopback only).
+"""
+import os
+import py_compile
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes"
+SBATCH = RECIPES / "slurm_gpu.sbatch"
+MPIRUN = RECIPES / "mpirun_gpu.sh"
+TRAIN = RECIPES / "train_rnn.py"
+SHELL_SCRIPTS = [SBATCH, MPIRUN]
+
+
+def _load_train_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_rnn_recipe", TRAIN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # safe: main() runs only under __main__
+    return mod
+
+
+# -- syntax ---------------------------------------------------------------------------
+@pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: p.name)
+def test_shell_syntax(script):
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_python_entry_point_compiles(tmp_path):
+    py_compile.compile(str(TRAIN), cfile=str(tmp_path / "train_rnn.pyc"), doraise=True)
+
+
+@pytest.mark.parametrize("path", SHELL_SCRIPTS + [TRAIN], ids=lambda p: p.name)
+def test_header_and_executable(path):
+    text = path.read_text()
+    assert text.startswith("#!"), "needs a shebang line"
+    # a header that says what the file is and how to run it (there is no README)
+    if path.suffix == ".py":
+        import ast
+
+        header = ast.get_docstring(ast.parse(text)) or ""
+    else:
+        header = "\n".join(ln for ln in text.splitlines()[1:] if ln.startswith("# "))
+    assert "chapter 5a" in header and re.search(r"\b(sbatch|mpirun_gpu\.sh) ", header), \
+        "start with a header explaining what the file does and how to run it"
+    assert os.access(path, os.X_OK), f"{path.name} should be executable (chmod +x)"
+
+
+# -- SLURM directives --------------------------------------------------------------------
+def _sbatch_directives(text):
+    """(options dict, index of first command line); SLURM stops reading #SBATCH there."""
+    opts, first_cmd = {}, None
+    for i, line in enumerate(text.splitlines()):
+        s = line.strip()
+        if i == 0 or not s:
+            continue
+        if s.startswith("#SBATCH"):
+            assert first_cmd is None, f"#SBATCH on line {i + 1} comes after a command: SLURM ignores it"
+            m = re.fullmatch(r"#SBATCH\s+--([a-z][a-z-]*)(?:=(\S+))?", s)
+            assert m, f"malformed directive on line {i + 1}: {s!r}"
+            opts[m.group(1)] = m.group(2)
+        elif not s.startswith("#") and first_cmd is None:
+            first_cmd = i
+    return opts, first_cmd
+
+
+def test_sbatch_directives():
+    opts, first_cmd = _sbatch_directives(SBATCH.read_text())
+    assert first_cmd is not None
+    for key in ("nodes", "ntasks-per-node", "gpus-per-node", "time"):
+        assert key in opts, f"missing #SBATCH --{key}"
+    assert int(opts["nodes"]) >= 2
+    # JAX's SLURM detection: one process per GPU, each seeing all GPUs of its node
+    assert opts["ntasks-per-node"] == opts["gpus-per-node"]
+    assert "gpus-per-task" not in opts and "gpu-bind" not in opts
+    assert re.fullmatch(r"\d{1,2}:\d{2}:\d{2}|\d+-\d{1,2}:\d{2}:\d{2}", opts["time"])
+
+
+def test_sbatch_launches_train_rnn_with_srun():
+    text = SBATCH.read_text()
+    assert re.search(r"^srun\b.*recipes/train_rnn\.py", text, re.M), "launch the entry point with srun"
+    assert not re.search(r"^[^#]*CUDA_VISIBLE_DEVICES=", text, re.M), "every task must see all GPUs"
+
+
+def test_mpirun_script():
+    text = MPIRUN.read_text()
+    assert re.search(r"^mpirun\b", text, re.M)
+    assert "recipes/train_rnn.py" in text
+    assert "-x JAX_COORDINATOR_ADDRESS" in text, "Open MPI 5 needs the coordinator exported"
+    assert "ppr:${GPUS_PER_NODE}:node" in text, "one process per GPU on every node"
+
+
+# -- what JAX 0.10.2 detects (the recipes' comments must be true) -------------------------
+def _detect(monkeypatch, env):
+    from jax._src import clusters
+
+    for k in list(os.environ):
+        if k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR", "PMIX_")):
+            monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return clusters.ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, None, 300)
+
+
+def test_jax_detects_slurm(monkeypatch):
+    env = dict(SLURM_JOB_ID="4242", SLURM_STEP_NODELIST="gpu[017-020]", SLURM_NTASKS="16",
+               SLURM_PROCID="13", SLURM_LOCALID="1")
+    addr, n, pid, local = _detect(monkeypatch, env)
+    assert addr == f"gpu017:{61440 + 4242 % 4096}"
+    assert (n, pid, list(local)) == (16, 13, [1])
+    # any one variable missing: not detected
+    env.pop("SLURM_LOCALID")
+    assert _detect(monkeypatch, env) == (None, None, None, None)
+
+
+def test_jax_detects_open_mpi_4_only(monkeypatch):
+    env = dict(OMPI_MCA_orte_hnp_uri="1531576320.0;tcp://10.96.0.1,10.148.0.1:34911",
+               OMPI_COMM_WORLD_SIZE="8", OMPI_COMM_WORLD_RANK="5", OMPI_COMM_WORLD_LOCAL_RANK="1")
+    addr, n, pid, local = _detect(monkeypatch, env)
+    assert addr == f"10.96.0.1:{61440 + (1531576320 // 4096) % 4096}"
+    assert (n, pid, list(local)) == (8, 5, [1])
+    # Open MPI 5 (PRRTE) sets the ranks but not OMPI_MCA_orte_hnp_uri: JAX 0.10.2 misses it
+    env.pop("OMPI_MCA_orte_hnp_uri")
+    assert _detect(monkeypatch, env) == (None, None, None, None)
+
+
+def test_initialize_kwargs():
+    initialize_kwargs = _load_train_module().initialize_kwargs
+    slurm = dict(SLURM_JOB_ID="1", SLURM_STEP_NODELIST="n1", SLURM_NTASKS="2", SLURM_PROCID="0", SLURM_LOCALID="0")
+    ompi4 = dict(OMPI_MCA_orte_hnp_uri="1.0;tcp://10.0.0.1:1", OMPI_COMM_WORLD_SIZE="8",
+                 OMPI_COMM_WORLD_RANK="5", OMPI_COMM_WORLD_LOCAL_RANK="1")
+    ompi5 = dict(ompi4, JAX_COORDINATOR_ADDRESS="gpu017:61234")
+    del ompi5["OMPI_MCA_orte_hnp_uri"]
+    assert initialize_kwargs(slurm) == {}
+    assert initialize_kwargs(ompi4) == {}
+    assert initialize_kwargs(ompi5) == dict(coordinator_address="gpu017:61234", num_processes=8,
+                                            process_id=5, local_device_ids=[1])
+
+
+# -- a fake SLURM step on this machine ----------------------------------------------------
+def test_train_rnn_under_fake_slurm(tmp_path):
+    """Two processes x 2 CPU devices, with the variables srun sets, on 127.0.0.1 only."""
+    from shardbook.multiprocess import free_port
+
+    port = free_port()
+    ckpt = tmp_path / "ckpt"
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "OMPI_", "BOOK_NUM_DEVICES"))}
+    base.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2", SLURM_JOB_ID="7",
+                SLURM_STEP_NODELIST="127.0.0.1", SLURM_NTASKS="2",
+                JAX_COORDINATOR_PORT=str(port), JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}")
+    args = [sys.executable, str(TRAIN), "--hidden", "8", "--batch", "4", "--time", "5",
+            "--steps", "2", "--checkpoint-dir", str(ckpt)]
+    procs = [subprocess.Popen(args, env=dict(base, SLURM_PROCID=str(i), SLURM_LOCALID=str(i)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+             for i in range(2)]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=180)
+            assert p.returncode == 0, err[-3000:]
+            outs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert "2 processes, 4 devices (2 per process, cpu)" in outs[0]
+    losses = [float(x) for x in re.findall(r"loss (\S+)", outs[0])]
+    assert len(losses) == 2
+    assert "loss" not in outs[1], "only process 0 prints"
+    assert sorted(os.listdir(ckpt)) == ["2"] and (ckpt / "2" / "commit_success.txt").exists()
+
+    # the same training in this process, on its 4 devices, gives the same losses
+    import brainpy.math as bm
+    import jax
+    import numpy as np
+    from shardbook.models import RNN, make_task, make_train_step
+
+    with bm.sharding.device_mesh(np.array(jax.devices()), ["hidden"]):
+        model = RNN(8, 8, 8, 4, seed=0)
+    step = make_train_step(model, 1e-3)
+    xs, ys = make_task(4, 5, 8, 8, seed=0)
+    ref = [float(step(xs, ys)) for _ in range(2)]
+    np.testing.assert_allclose(losses, ref, rtol=1e-5)  # printed with 6 decimals
