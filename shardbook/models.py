@@ -177,6 +177,22 @@ def make_train_step(model: RNN, lr: float = 1e-3):
 
     grad_fn = bm.grad(loss_fn, grad_vars=train_vars, return_value=True)
     optimizer = bp.optim.Adam(lr=lr, train_vars=train_vars)
+    # jit compiles again when an input's layout *spec* changes, even to an equivalent
+    # one.  After one step, jit hands back P('hidden', None) as P('hidden',) and Adam's
+    # scalar step counter (made on the default device) as replicated on the mesh.  So
+    # we give every variable that layout now, and the step compiles only once.
+    mesh = getattr(model.state.value.sharding, "mesh", None)
+    if mesh is not None:
+        for var in list(model.vars().unique().values()) + list(optimizer.vars().unique().values()):
+            if var.ndim == 0:
+                spec = P()
+            elif isinstance(var.value.sharding, NamedSharding):
+                spec = var.value.sharding.spec
+            else:  # leave unannotated arrays alone (see annotate="state")
+                continue
+            while len(spec) and spec[-1] is None:  # drop trailing Nones
+                spec = P(*spec[:-1])
+            var.value = jax.device_put(var.value, NamedSharding(mesh, spec))
 
     @bm.jit
     def step(xs, ys):

@@ -50,11 +50,13 @@ SCRIPT = textwrap.dedent(
                               ("2d", mesh_shape_2d(n), ["batch", "hidden"])]:
         model, mesh, warned = build(shape, names)
         x, y = (xs, ys) if mesh is None else (shard_batch(xs, mesh), shard_batch(ys, mesh))
+        built = {k: spec(getattr(model, k)) for k in ("state", "win", "wrec", "wout")}
         step = make_train_step(model, 1e-3)
         losses = train(model, x, y, 3, step=step)
         runs[key] = dict(
             losses=losses.tolist(),
             wrec=np.asarray(model.wrec.value).tolist(),
+            built=built,
             specs={k: spec(getattr(model, k)) for k in ("state", "win", "wrec", "wout")},
             adam={k.split(".")[-1]: spec(v) for k, v in step.optimizer.vars().items()
                   if k.endswith(("_m", "_v"))},
@@ -84,7 +86,11 @@ SCRIPT = textwrap.dedent(
                                                    axis_names=["hidden"]).shape)
 
     out["task_same"] = bool(np.array_equal(make_task(2, 5, 3, 2, 7)[1], make_task(2, 5, 3, 2, 7)[1]))
-    sweep = hidden_size_sweep([840], steps=1, batch=4, time_steps=5, command="pytest")
+    import tempfile, os
+    path = os.path.join(tempfile.mkdtemp(), "sweep.json")
+    hidden_size_sweep([840], steps=1, batch=4, time_steps=5, command="pytest", out_path=path)
+    with open(path) as f:
+        sweep = json.load(f)
     out["sweep"] = sweep["rows"][0]
     out["sweep_prov"] = sweep["provenance"]
     print("RESULT" + json.dumps(out))
@@ -116,6 +122,10 @@ def test_every_strategy_gives_the_same_training(result):
 
 
 def test_hidden_shardings(result):
+    # as built (before any jit step could re-shard them by propagation)
+    assert result["runs"]["hidden"]["built"] == {"state": "P(None, 'hidden')", "win": "P(None, 'hidden')",
+                                                 "wrec": "P(None, 'hidden')", "wout": "P('hidden', None)"}
+    # after three training steps
     specs = result["runs"]["hidden"]["specs"]
     assert specs == {"state": "P(None, 'hidden')", "win": "P(None, 'hidden')",
                      "wrec": "P(None, 'hidden')", "wout": "P('hidden',)"}
@@ -130,7 +140,7 @@ def test_hidden_shardings(result):
 
 def test_batch_and_2d_shardings(result):
     b = result["runs"]["batch"]
-    assert b["specs"]["state"] == "P('batch',)" and b["specs"]["wrec"] == "P(None, None)"
+    assert b["specs"]["state"] == "P('batch',)" and b["specs"]["wrec"] == "P()"  # replicated
     assert b["warnings"] == [], "the RNN should silence BrainPy's all-names-missing warning on a batch mesh"
     d = result["runs"]["2d"]["specs"]
     assert d["state"] == "P('batch', 'hidden')" and d["wrec"] == "P(None, 'hidden')"
