@@ -1,0 +1,228 @@
+"""Tests of shardbook.coba (the COBA-HH network of chapter 4) and ci/coba_sweep.py.
+
+conftest.py starts JAX with 4 simulated CPU devices.  The network here is small (672 E +
+168 I neurons, scale 0.2) so that the whole file runs in well under a minute on 2 cores.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from shardbook import coba, hlo, shards
+
+ROOT = Path(__file__).resolve().parent.parent
+N = jax.device_count()
+SCALE = 0.2  # 672 + 168 neurons: both divide by 1, 2, 3, 4, 6, 7 and 8
+STEPS = 300
+
+
+@pytest.fixture(scope="module")
+def nets():
+    return {k: coba.build(jax.devices()[:k], scale=SCALE) for k in (1, N)}
+
+
+@pytest.fixture(scope="module")
+def initial(nets):  # taken before any test runs the networks
+    return {k: {name: np.asarray(a) for name, (c, a) in coba.net_arrays(net).items()} for k, net in nets.items()}
+
+
+@pytest.fixture(scope="module")
+def runs(nets, initial):
+    out = {}
+    for k, net in nets.items():
+        sim = coba.Simulation(net, record=("spike", "V"))
+        out[k] = (sim, {name: np.asarray(a) for name, a in sim.run(STEPS).items()})
+    return out
+
+
+def test_sizes_and_prediction_arithmetic():
+    assert coba.sizes(1) == (3360, 840) and coba.sizes(0.2) == (672, 168)
+    p = coba.predict(3360, 840, 8)
+    assert p["state"] == 24 * 4200 // 8 and p["delays"] == 4200 // 8
+    assert p["connectivity"] == 4 * 80 * 4200 // 8
+    assert p["arguments"] == p["state"] + p["delays"] + p["connectivity"]
+    assert coba.predict(3360, 840, 8, "csr")["connectivity"] == coba.predict(3360, 840, 1, "csr")["connectivity"]
+    assert coba.predict(3360, 840, 8, "jit")["connectivity"] == 0
+    assert coba.conn_bytes_total(3360, 840, "mask") == 4200**2
+    # more devices, fewer bytes per device; more neurons, more bytes
+    assert coba.fit_bytes_per_device(10**6, 8) < coba.fit_bytes_per_device(10**6, 1)
+    assert coba.fit_bytes_per_device(2 * 10**6, 1) > coba.fit_bytes_per_device(10**6, 1)
+
+
+def test_rate_functions_stay_finite_where_the_naive_formula_is_0_over_0():
+    hh = coba.HH(jnp.full(3, coba.El))
+    V = jnp.array([coba.VT + 13.0, coba.VT + 40.0, coba.VT + 15.0], jnp.float32)  # the three 0/0 points
+    z = jnp.zeros(3, jnp.float32)
+    assert np.isfinite(np.asarray(hh.dm(z, 0.0, V))).all()
+    assert np.isfinite(np.asarray(hh.dn(z, 0.0, V))).all()
+    x = 13.0 - V[0] + coba.VT
+    assert not np.isfinite(np.asarray(0.32 * x / (jnp.exp(x / 4.0) - 1.0)))  # what exprel avoids
+
+
+def test_every_array_is_split_along_neurons(nets):
+    net = nets[N]
+    for name, (cat, arr) in coba.net_arrays(net).items():
+        spec = P(None, coba.NEURON) if cat == "connectivity" else P(coba.NEURON)
+        shards.check_sharding(arr, spec)
+        if N > 1:
+            assert not shards.is_replicated(arr), name
+
+
+def test_without_mesh_the_sharding_check_fails():
+    if N == 1:
+        pytest.skip("one device: every layout is trivially the same")
+    net = coba.build(None, scale=SCALE)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), [coba.NEURON])
+    with pytest.raises(AssertionError):
+        shards.check_sharding(net.E.V, P(coba.NEURON), mesh)
+
+
+def test_sharded_run_is_bit_identical_to_one_device(runs):
+    (_, ref), (sim, out) = runs[1], runs[N]
+    for name in ref:
+        np.testing.assert_array_equal(out[name], ref[name], err_msg=name)
+    assert 5 < coba.rate_hz(ref["E.spike"]) < 100
+    assert np.isfinite(ref["E.V"]).all()
+    shards.check_sharding(sim.run(10)["E.spike"], P(None, coba.NEURON))
+
+
+def test_random_numbers_do_not_depend_on_the_mesh(initial):
+    ref = {k: np.asarray(a) for k, (c, a) in coba.net_arrays(coba.build(None, scale=SCALE)).items()}
+    for got in initial.values():
+        assert set(got) == set(ref)
+        for name, arr in got.items():
+            np.testing.assert_array_equal(arr, ref[name], err_msg=name)
+
+
+def test_ledger_matches_shards_and_memory_analysis(nets, runs):
+    n_exc, n_inh = coba.sizes(SCALE)
+    for k, net in nets.items():
+        pred = coba.predict(n_exc, n_inh, k)
+        got = coba.measured_bytes(net)
+        for cat in ("state", "delays", "connectivity"):
+            assert got[cat] == pred[cat], (k, cat)
+        sim = coba.Simulation(net, record=())
+        stats = coba.compiled_stats(sim.compile(5))
+        assert stats["arguments"] == pred["arguments"] and stats["constants"] == 0
+        assert abs(stats["peak"] - pred["peak"]) <= 0.02 * pred["peak"]
+
+
+def test_closure_constant_is_baked_whole_into_every_program():
+    n_exc, n_inh = coba.sizes(SCALE)
+    trap = coba.build(jax.devices(), scale=SCALE, as_variable=False)
+    stats = coba.compiled_stats(coba.Simulation(trap, record=()).compile(5))
+    assert stats["constants"] == coba.conn_bytes_total(n_exc, n_inh)  # all of it, not 1/N
+    assert stats["arguments"] == coba.predict(n_exc, n_inh, N)["arguments"] - coba.predict(n_exc, n_inh, N)["connectivity"]
+
+
+def test_collectives_per_step():
+    n_exc, n_inh = coba.sizes(SCALE)
+    net = coba.build(jax.devices(), scale=SCALE)
+    compiled = coba.Simulation(net, record=("spike",)).compile(5)
+    per_step = [c for c in hlo.collectives(compiled) if c.per_step]
+    if N == 1:
+        assert not per_step
+        return
+    assert sorted((c.op, c.nbytes) for c in per_step) == [("all-gather", n_inh), ("all-gather", n_exc)]
+    assert hlo.count(compiled, per_step=False).total() == 0
+    rate = coba.Simulation(net, record=("rate",)).compile(5)
+    assert hlo.count(rate, per_step=True)["all-reduce"] >= 1
+    sliced = coba.build(jax.devices(), scale=SCALE, layout="sliced")
+    assert hlo.count(coba.Simulation(sliced, record=("spike",)).compile(5), per_step=True)["collective-permute"] >= 1
+
+
+@pytest.mark.parametrize("kind", ["mask", "csr"])
+def test_other_representations_store_the_same_graph(kind, runs):
+    ref = runs[N][1]
+    net = coba.build(jax.devices(), scale=SCALE, conn=kind)
+    out = coba.Simulation(net, record=("spike",)).run(STEPS)
+    for name in ("E.spike", "I.spike"):
+        np.testing.assert_array_equal(np.asarray(out[name]), ref[name], err_msg=name)
+    if N > 1:  # the mask is split with the neurons; CSR computes everything on every device
+        assert shards.is_replicated(coba.comm_output(net, "E2E")) == (kind == "csr")
+
+
+def test_jit_connectivity_holds_nothing_and_computes_everywhere():
+    net = coba.build(jax.devices(), scale=SCALE, conn="jit")
+    assert coba.measured_bytes(net)["connectivity"] == 0
+    assert shards.is_replicated(coba.comm_output(net, "E2E"))
+
+
+def test_statistics():
+    s = np.zeros((1000, 2), bool)
+    s[::100, 0] = True  # 10 spikes in 100 ms: 100 Hz, perfectly regular
+    s[[0, 10, 300, 310, 600], 1] = True
+    assert coba.rate_hz(s[:, :1]) == pytest.approx(100.0)
+    assert coba.cv_isi(s[:, :1]) == pytest.approx(0.0)
+    assert coba.cv_isi(s[:, 1:]) > 0.5
+    assert coba.population_rate(s[:, :1], bin_ms=10).shape == (10,)
+
+
+def test_source_sections():
+    assert "Cm = 200." in coba.source_section("parameters")
+    with pytest.raises(KeyError):
+        coba.source_section("no such section")
+
+
+def _sweep(tmp_path, out, *extra):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "BOOK_NUM_DEVICES": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, str(ROOT / "ci" / "coba_sweep.py"), "--scales", "0.05", "0.1", "--out", str(out),
+           "--time-budget", "5", "--sim-ms", "10", "--chunk-ms", "5", "--in-process", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+def test_sweep_cli_writes_a_valid_data_file(tmp_path):
+    out = tmp_path / "coba_scaling_cpu.json"
+    res = _sweep(tmp_path, out)
+    assert res.returncode == 0, res.stdout + res.stderr
+    data = coba.load_scaling(out)
+    assert data["provenance"]["simulated"] is True and data["provenance"]["device_kind"] == "cpu"
+    assert data["provenance"]["command"].startswith("python ci/coba_sweep.py --scales 0.05 0.1")
+    assert [r["neurons"] for r in data["runs"]] == [210, 420]
+    for r in data["runs"]:
+        assert r["conn_bytes_per_device"] == 4 * 80 * r["neurons"] and r["rate_hz"] >= 0
+    import matplotlib
+
+    matplotlib.use("Agg")
+    axes = coba.plot_scaling(data)
+    assert "simulated CPU" in axes[0].get_title()
+    # the reader rejects files without provenance
+    bad = tmp_path / "bad.json"
+    del data["provenance"]["versions"]["brainevent"]
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="versions.brainevent"):
+        coba.load_scaling(bad)
+    assert coba.load_scaling(tmp_path / "missing.json") is None
+
+
+def test_sweep_refuses_cpu_numbers_under_book(tmp_path):
+    out = ROOT / "book" / "data" / "coba_scaling_test_should_not_exist.json"
+    try:
+        res = _sweep(tmp_path, out)
+        assert res.returncode == 2 and "refusing" in res.stderr
+        assert not out.exists()
+    finally:
+        if out.exists():
+            out.unlink()
+
+
+def test_simplified_jaxpr_constants_flag_also_fixes_the_trap():
+    """Chapter 4 says JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1 turns the closure constant into a sharded argument."""
+    script = (
+        "from shardbook import setup_devices; setup_devices(verbose=False)\n"
+        "import jax; from shardbook import coba\n"
+        "trap = coba.build(jax.devices(), scale=0.2, as_variable=False)\n"
+        "s = coba.compiled_stats(coba.Simulation(trap, record=()).compile(5))\n"
+        "p = coba.predict(*coba.sizes(0.2), 2)\n"
+        "assert s['constants'] == 0 and s['arguments'] == p['arguments'], (s, p)\n"
+        "print('ok')\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "BOOK_NUM_DEVICES": "2", "JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS": "1"}
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr[-3000:]
