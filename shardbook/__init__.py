@@ -9,6 +9,10 @@ Modules:
   hlo       collectives and constants read from a compiled program
   memory    compiled memory analysis and predicted-versus-measured ledgers
   plotting  ownership and bytes-per-device plots
+  provenance  where and with what a measurement was made (for data files)
+  models    the RNN of BrainPy issue #641, its task and training step (chapters 2, 3, 5)
+  coba      the COBA-HH network, its memory model and the scale sweep (chapter 4)
+  multiprocess  the jax.distributed worker and launcher of chapter 5a
 """
 from .devices import DeviceSetupError, setup_devices
 

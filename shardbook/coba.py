@@ -23,12 +23,8 @@ running; memory model and measurements; statistics; the scaling data file.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import inspect
 import json
-import platform
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -519,34 +515,7 @@ SCHEMA = "shardbook.coba-scaling/1"
 DATA_FILE = Path("data") / "coba_scaling.json"  # relative to book/
 
 
-def _version(pkg: str):
-    try:
-        from importlib.metadata import version
-
-        return version(pkg)
-    except Exception:
-        return None
-
-
-def provenance(command: str) -> dict:
-    """Where and with what a measurement was made: devices, driver, versions, date, command."""
-    devs = jax.devices()
-    driver = None
-    if shutil.which("nvidia-smi"):
-        try:
-            driver = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=30).stdout.strip() or None
-        except Exception:
-            driver = None
-    return dict(
-        device_kind=devs[0].device_kind, device_count=len(devs), platform=devs[0].platform,
-        simulated=devs[0].platform == "cpu", driver=driver,
-        versions={p: _version(p) for p in ("jax", "jaxlib", "brainpy", "brainstate", "brainevent", "numpy")}
-        | {"python": platform.python_version()},
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        command=command,
-    )
+from .provenance import provenance  # noqa: E402  (re-exported: ci/coba_sweep.py calls coba.provenance)
 
 
 def device_memory() -> dict:

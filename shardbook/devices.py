@@ -87,9 +87,3 @@ def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True) -> D
         print(f"JAX {jax.__version__}: {info}")
     return info
 
-
-def in_hosted_notebook() -> bool:
-    """True in a Google Colab or Kaggle runtime, where the first cell installs the book's pins."""
-    import sys
-
-    return "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ

@@ -30,10 +30,7 @@ BrainPy, and importing BrainPy starts JAX.
 """
 from __future__ import annotations
 
-import datetime
 import json
-import platform
-import sys
 import time
 import warnings
 from typing import Sequence
@@ -44,6 +41,8 @@ import brainpy as bp
 import brainpy.math as bm
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
+
+from .provenance import provenance
 
 __all__ = [
     "RNN", "make_task", "make_train_step", "train", "shard_batch", "mesh_shape_2d",
@@ -250,20 +249,6 @@ def rnn_bytes(num_in: int, num_hid: int, num_out: int, batch: int, time: int,
     )
 
 
-def _provenance(command: str | None) -> dict:
-    devs = jax.devices()
-    return dict(
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        device_kind=devs[0].device_kind,
-        platform=devs[0].platform,
-        device_count=len(devs),
-        jax=jax.__version__,
-        brainpy=bp.__version__,
-        python=platform.python_version(),
-        command=command if command is not None else " ".join(sys.argv),
-    )
-
-
 def hidden_size_sweep(sizes: Sequence[int], steps: int = 3, *, num_in: int = 8, num_out: int = 8,
                       batch: int = 8, time_steps: int = 50, out_path: str | None = None,
                       command: str | None = None) -> dict:
@@ -312,7 +297,7 @@ def hidden_size_sweep(sizes: Sequence[int], steps: int = 3, *, num_in: int = 8, 
         ))
         del model, step, compiled
     result = dict(
-        provenance=_provenance(command),
+        provenance=provenance(command),
         config=dict(num_in=num_in, num_out=num_out, batch=batch, time_steps=time_steps,
                     mesh=["hidden"], devices=n, steps=steps),
         rows=rows,

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
-
 from .shards import as_jax
 
 
