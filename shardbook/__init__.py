@@ -14,7 +14,7 @@ Modules:
   coba      the COBA-HH network, its memory model and the scale sweep (chapter 4)
   multiprocess  the jax.distributed worker and launcher of chapter 5a
 """
-from .devices import DeviceSetupError, setup_devices
+from .devices import DeviceSetupError, mesh_shape_2d, setup_devices
 
-__all__ = ["setup_devices", "DeviceSetupError"]
+__all__ = ["setup_devices", "DeviceSetupError", "mesh_shape_2d"]
 __version__ = "1.0.0"

@@ -87,3 +87,12 @@ def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True) -> D
         print(f"JAX {jax.__version__}: {info}")
     return info
 
+
+def mesh_shape_2d(n: int) -> tuple[int, int]:
+    """A ``(batch, hidden)`` mesh shape for ``n`` devices: the largest divisor of ``n``
+    that is at most ``sqrt(n)`` goes to ``batch``, the rest to ``hidden``.
+
+    1 -> (1, 1), 2 -> (1, 2), 4 -> (2, 2), 6 -> (2, 3), 8 -> (2, 4); a prime p -> (1, p).
+    """
+    b = max(d for d in range(1, int(n**0.5) + 1) if n % d == 0)
+    return b, n // b

@@ -42,6 +42,7 @@ import brainpy.math as bm
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from .devices import mesh_shape_2d  # noqa: F401  (re-exported for chapter 3)
 from .provenance import provenance
 
 __all__ = [
@@ -215,16 +216,6 @@ def shard_batch(x, mesh):
     else replicated on every device of the mesh."""
     spec = P("batch") if "batch" in mesh.axis_names else P()
     return jax.device_put(np.asarray(x), NamedSharding(mesh, spec))
-
-
-def mesh_shape_2d(n: int) -> tuple[int, int]:
-    """A ``(batch, hidden)`` mesh shape for ``n`` devices: the largest divisor of ``n``
-    that is at most ``sqrt(n)`` goes to ``batch``, the rest to ``hidden``.
-
-    1 -> (1, 1), 2 -> (1, 2), 4 -> (2, 2), 6 -> (2, 3), 8 -> (2, 4); a prime p -> (1, p).
-    """
-    b = max(d for d in range(1, int(np.sqrt(n)) + 1) if n % d == 0)
-    return b, n // b
 
 
 def rnn_bytes(num_in: int, num_hid: int, num_out: int, batch: int, time: int,

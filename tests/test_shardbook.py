@@ -152,3 +152,10 @@ def test_plots_run(mesh):
     assert plotting.owner_map(x, 0)[0] == [0] and len(plotting.owner_map(x, 1)[0]) == 4
     plotting.plot_axis_ownership(x, ["batch", "time", "neuron"])
     plotting.plot_bytes_vs_devices([1, 2, 4], {"a": [4, 2, 1]}, predicted={"a": [4, 2, 1]})
+
+
+def test_mesh_shape_2d():
+    from shardbook import mesh_shape_2d
+
+    assert [mesh_shape_2d(k) for k in range(1, 9)] == [
+        (1, 1), (1, 2), (1, 3), (2, 2), (1, 5), (2, 3), (1, 7), (2, 4)]
