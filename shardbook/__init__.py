@@ -13,8 +13,9 @@ Modules:
   models    the RNN of BrainPy issue #641, its task and training step (chapters 2, 3, 5)
   coba      the COBA-HH network, its memory model and the scale sweep (chapter 4)
   multiprocess  the jax.distributed worker and launcher of chapter 5a
+  verify    equivalence checks with stated tolerances, and the log of their margins
 """
-from .devices import DeviceSetupError, mesh_shape_2d, setup_devices
+from .devices import DeviceSetupError, divisible_size, mesh_shape_2d, setup_devices
 
-__all__ = ["setup_devices", "DeviceSetupError", "mesh_shape_2d"]
+__all__ = ["setup_devices", "DeviceSetupError", "divisible_size", "mesh_shape_2d"]
 __version__ = "1.0.0"

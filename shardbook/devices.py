@@ -53,12 +53,19 @@ def requested_cpu_devices(default: int = DEFAULT_NUM_DEVICES) -> int:
     return n
 
 
-def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True) -> DeviceInfo:
+def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True,
+                  matmul_precision: str | None = "highest") -> DeviceInfo:
     """Configure devices before JAX starts, and check that the configuration took effect.
 
     * On a machine without an accelerator, JAX gets ``N`` simulated CPU devices:
       ``N = $BOOK_NUM_DEVICES`` if set, else ``default`` (8).
     * On GPUs or TPUs, all real devices are used, and ``N`` is ignored.
+
+    * ``matmul_precision`` sets ``jax_default_matmul_precision``.  The book pins
+      ``"highest"``: on recent NVIDIA GPUs float32 matmuls otherwise run in TF32 (JAX
+      docs, "Matmul precision"), about 1e-3 relative, and the float32 tolerances of the
+      equivalence checks are derived for full float32.  XLA:CPU computes float32
+      matmuls in full precision either way.  Pass ``None`` to keep JAX's default.
 
     Calling it again in the same process is harmless when nothing changed.  If JAX
     already started with a different CPU device count (for example because
@@ -72,6 +79,8 @@ def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True) -> D
     if not started:
         # Only the CPU client reads this option; on a GPU machine it is harmless.
         jax.config.update("jax_num_cpu_devices", n)
+    if matmul_precision is not None:
+        jax.config.update("jax_default_matmul_precision", matmul_precision)
     devices = jax.devices()
     platform = devices[0].platform
     simulated = platform == "cpu"
@@ -96,3 +105,16 @@ def mesh_shape_2d(n: int) -> tuple[int, int]:
     """
     b = max(d for d in range(1, int(n**0.5) + 1) if n % d == 0)
     return b, n // b
+
+
+def divisible_size(base: int, n: int) -> int:
+    """``base`` if ``n`` divides it, else the smallest multiple of ``n`` above ``base``.
+
+    The book's sizes (840 = lcm(1..8), 4200, ...) divide every device count from 1 to
+    8, so the canonical outputs use them unchanged.  On a cluster with, say, 12 or 16
+    devices this keeps a sharded axis divisible instead of failing with
+    ``IndivisibleError``: 840 -> 840 on 12 devices, 848 on 16.
+    """
+    if base < 1 or n < 1:
+        raise ValueError(f"sizes and device counts are positive, got base={base}, n={n}")
+    return base if base % n == 0 else base + (n - base % n)

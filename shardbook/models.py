@@ -46,7 +46,8 @@ from .devices import mesh_shape_2d  # noqa: F401  (re-exported for chapter 3)
 from .provenance import provenance
 
 __all__ = [
-    "RNN", "make_task", "make_train_step", "train", "shard_batch", "mesh_shape_2d",
+    "RNN", "make_task", "make_loss_fn", "make_grad_fn", "make_train_step", "train",
+    "shard_batch", "mesh_shape_2d",
     "rnn_bytes", "hidden_size_sweep",
 ]
 
@@ -157,6 +158,38 @@ def make_task(batch: int, time: int, num_in: int, num_out: int, seed: int = 0):
     return xs.astype(np.float32), ys.astype(np.float32)
 
 
+def make_loss_fn(model: RNN):
+    """``loss(xs, ys)``: mean squared error of the model run over the whole sequence.
+
+    ``bp.DSTrainer.predict`` runs a ``for_loop`` over time after resetting the state.
+    """
+    def loss_fn(xs, ys):
+        runner = bp.DSTrainer(model, progress_bar=False, numpy_mon_after_run=False)
+        predictions = runner.predict(xs, reset_state=True)
+        return bp.losses.mean_squared_error(predictions, ys)
+
+    return loss_fn
+
+
+def make_grad_fn(model: RNN):
+    """``grads(xs, ys) -> ({'win': ..., 'wrec': ..., 'wout': ...}, loss)``, jitted.
+
+    The gradient of the training loss with no update.  Equivalence checks compare
+    gradients, not only the weights after Adam: Adam's first step is about
+    ``lr * sign(g)``, so a gradient off by a constant factor (a missing or doubled
+    ``psum``) moves the weights just as the right gradient would.
+    """
+    weights = [model.win, model.wrec, model.wout]
+    grad_fn = bm.grad(make_loss_fn(model), grad_vars=weights, return_value=True)
+
+    @bm.jit
+    def grads(xs, ys):
+        g, loss = grad_fn(xs, ys)
+        return dict(zip(("win", "wrec", "wout"), g)), loss
+
+    return grads
+
+
 def make_train_step(model: RNN, lr: float = 1e-3):
     """One jitted training step ``step(xs, ys) -> loss`` (BPTT with Adam).
 
@@ -169,12 +202,7 @@ def make_train_step(model: RNN, lr: float = 1e-3):
     function, ``.lower(xs, ys)`` for reading the compiled program.
     """
     train_vars = model.train_vars().unique()
-
-    def loss_fn(xs, ys):
-        runner = bp.DSTrainer(model, progress_bar=False, numpy_mon_after_run=False)
-        predictions = runner.predict(xs, reset_state=True)
-        return bp.losses.mean_squared_error(predictions, ys)
-
+    loss_fn = make_loss_fn(model)
     grad_fn = bm.grad(loss_fn, grad_vars=train_vars, return_value=True)
     optimizer = bp.optim.Adam(lr=lr, train_vars=train_vars)
     # jit compiles again when an input's layout *spec* changes, even to an equivalent

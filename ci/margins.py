@@ -1,0 +1,67 @@
+"""Aggregate a BOOK_GAP_LOG (one JSON line per equivalence check run) into the book's
+record of tolerance margins: for each check, its tolerance, every configuration it ran
+in (device count, XLA:CPU ISA), and the worst ratio of observed difference to tolerance.
+
+  python ci/margins.py _build/gaps.jsonl book/data/tolerance_margins.json --command "..."
+"""
+import argparse
+import datetime
+import json
+import platform
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("log")
+    ap.add_argument("out")
+    ap.add_argument("--command", default="./ci/margins")
+    args = ap.parse_args()
+    checks: dict = {}
+    for line in Path(args.log).read_text().splitlines():
+        r = json.loads(line)
+        c = checks.setdefault(r["check"], dict(rtol=r["rtol"], atol=r["atol"], exact=r["exact"],
+                                               notebook=r.get("notebook", ""), runs={}))
+        if (c["rtol"], c["atol"], c["exact"]) != (r["rtol"], r["atol"], r["exact"]):
+            raise SystemExit(f"check {r['check']} ran with two tolerances: {c} and {r}")
+        key = f"{r['isa']}/{r['devices']}"
+        worst = c["runs"].get(key, 0.0)
+        ratio = r["ratio"] if r["ratio"] is not None else float("inf")
+        c["runs"][key] = max(worst, ratio)
+    for c in checks.values():
+        c["worst_ratio"] = max(c["runs"].values())
+        c["margin"] = None if c["worst_ratio"] == 0 else round(1 / c["worst_ratio"], 1)
+        c["runs"] = dict(sorted(c["runs"].items()))
+    try:
+        from shardbook.provenance import version
+        versions = {p: version(p) for p in ("jax", "jaxlib", "brainpy", "numpy")}
+    except Exception:
+        versions = {}
+    out = dict(
+        provenance=dict(
+            what="worst |a - b| / (atol + rtol |b|) of each equivalence check; "
+                 "margin = 1 / worst (null: bit-identical everywhere)",
+            cpu=cpu_model(), machine=platform.machine(), python=platform.python_version(),
+            versions=versions, command=args.command,
+            date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")),
+        checks=dict(sorted(checks.items())),
+    )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    low = {k: c["margin"] for k, c in checks.items() if c["margin"] is not None and c["margin"] < 10}
+    print(f"[margins] {len(checks)} checks written to {args.out}"
+          + (f"; margins under 10x: {low}" if low else "; every margin is at least 10x"))
+
+
+if __name__ == "__main__":
+    main()
