@@ -62,6 +62,52 @@ def plot_axis_ownership(x: Any, axis_labels: Sequence[str] | None = None, ax=Non
     return ax
 
 
+_SI = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
+
+
+def round_bytes(v: float) -> str:
+    """A round label for a byte count at a power of ten: ``1 kB``, ``10 MB``, ``100 B``.
+
+    Decimal units (1 kB = 1000 B), so every power of ten gets a round label; tables in
+    the book use binary units (KiB, MiB), whose powers of ten are not round.
+    """
+    for size, unit in _SI:
+        if v >= size:
+            return f"{v / size:g} {unit}"
+    return f"{v:g} B"
+
+
+def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device") -> None:
+    """Make ``axis`` of ``ax`` a log byte axis with ticks at powers of ten, round labels.
+
+    Call it after the data are plotted (and limits are set): the ticks are the powers of
+    ten inside the axis limits, labelled ``1 kB``, ``10 kB``, ``100 kB``, ``1 MB``...
+    """
+    import math
+
+    import matplotlib.ticker as mticker
+
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    lo = max(lo, 1e-300)
+    ticks = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+             if lo <= 10.0 ** k <= hi]
+    if not ticks:  # the data span less than one decade: one tick at the nearest power
+        ticks = [10.0 ** round(math.log10(math.sqrt(lo * hi)))]
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(mticker.FixedLocator(ticks))
+    target.set_major_formatter(mticker.FixedFormatter([round_bytes(t) for t in ticks]))
+    target.set_minor_formatter(mticker.NullFormatter())
+    if label is not None:
+        (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{label} (1 kB = 1000 B)")
+
+
+def legend_outside(ax, **kw) -> None:
+    """Put the legend to the right of the axes, off the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+              fontsize=kw.pop("fontsize", 8), **kw)
+
+
 def plot_bytes_vs_devices(
     counts: Sequence[int], series: dict[str, Sequence[float]], ax=None, title: str = "bytes per device",
     predicted: dict[str, Sequence[float]] | None = None,
@@ -69,10 +115,10 @@ def plot_bytes_vs_devices(
     """Bytes per device against device count, one line per strategy (log-log).
 
     ``series`` are measurements (markers); ``predicted`` are model curves (dashed).
+    The byte axis has ticks at powers of ten with round labels (:func:`byte_axis`), and
+    the legend sits outside the axes, on the right, so it never covers the data.
     """
     import matplotlib.pyplot as plt
-
-    from .memory import fmt_bytes
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
@@ -81,16 +127,15 @@ def plot_bytes_vs_devices(
         if predicted and name in predicted:
             ax.plot(counts, predicted[name], "--", color=line.get_color(), alpha=0.6, label=f"{name} (predicted)")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
     ax.set_xticks(list(counts), [str(c) for c in counts])
+    ax.minorticks_off()
     ax.set_xlabel("devices")
-    ax.set_ylabel("bytes per device")
-    yt = ax.get_yticks()
-    ax.set_yticks(yt, [fmt_bytes(v) for v in yt])
+    ax.set_yscale("log")
     lo = min(min(v) for v in series.values())
     hi = max(max(v) for v in series.values())
     ax.set_ylim(lo / 2, hi * 2)
+    byte_axis(ax, "y")
     ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
+    legend_outside(ax)
+    ax.grid(True, which="major", alpha=0.3)
     return ax

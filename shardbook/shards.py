@@ -99,21 +99,35 @@ def max_bytes_per_device(*xs: Any) -> int:
     return max(bytes_per_device(*xs).values())
 
 
-def check_tiling(x: Any) -> None:
-    """Assert that the shards tile ``x`` exactly once per replica and reassemble to it.
+def check_tiling(x: Any, expected: Any = None) -> None:
+    """Assert that the shards tile ``x`` exactly once per replica, with the right data.
 
     Every element must be covered by exactly ``R`` shards, where ``R`` is the number
-    of replicas, and every shard's data must equal that slice of the whole array.
+    of replicas, and every shard's data must equal that slice of the reference.
+
+    The reference is ``expected`` when given: the host data the array was made from
+    (a NumPy array, or anything ``np.asarray`` accepts).  Give it wherever it exists.
+    Without it the reference is ``np.asarray(x)``, which JAX assembles from these same
+    shards, so a shard holding the wrong slice of the data goes unnoticed: only the
+    coverage is checked then.
     """
     arr = as_jax(x)
-    whole = np.asarray(arr)
+    if expected is None:
+        whole = np.asarray(arr)
+    else:
+        whole = np.asarray(getattr(expected, "value", expected))
+        if whole.shape != arr.shape:
+            raise AssertionError(
+                f"array has shape {tuple(arr.shape)}, the host data {whole.shape}")
     cover = np.zeros(arr.shape, dtype=np.int32)
-    rebuilt = np.zeros_like(whole)
+    rebuilt = np.zeros(arr.shape, dtype=arr.dtype)
     replicas = {s.replica_id for s in arr.global_shards}
     for s in arr.global_shards:
         cover[s.index] += 1
         data = np.asarray(s.data)
-        assert np.array_equal(data, whole[s.index]), f"shard on device {s.device.id} holds the wrong data"
+        assert np.array_equal(data, whole[s.index]), (
+            f"shard on device {s.device.id} holds the wrong data for slice "
+            f"{_fmt_index(s.index, arr.shape)}")
         if s.replica_id == 0:
             rebuilt[s.index] = data
     assert (cover == len(replicas)).all(), (
@@ -128,7 +142,9 @@ def check_sharding(x: Any, spec: Any, mesh: Any = None) -> None:
 
     ``mesh`` defaults to the mesh of ``x``'s own sharding.  Layouts are compared with
     ``Sharding.is_equivalent_to``, so ``P('x')`` and ``P('x', None)`` on a 2-D array match,
-    and a replicated array on one device matches any spec.
+    and a replicated array on one device matches any spec.  So on one device every
+    layout check passes whatever the spec: a layout assert proves something only with
+    more than one device on the axes it names.
     """
     from jax.sharding import NamedSharding, PartitionSpec
 

@@ -159,3 +159,42 @@ def test_mesh_shape_2d():
 
     assert [mesh_shape_2d(k) for k in range(1, 9)] == [
         (1, 1), (1, 2), (1, 3), (2, 2), (1, 5), (2, 3), (1, 7), (2, 4)]
+
+
+def test_check_tiling_against_host_data_catches_a_wrong_layout(mesh):
+    """Shards placed on the wrong devices reassemble to a wrong array, and
+    ``np.asarray(arr)`` agrees with those shards; only the host data exposes it."""
+    host = np.arange(8 * 3, dtype=np.float32).reshape(8, 3)
+    sharding = NamedSharding(mesh, P("x"))
+    good = jax.device_put(host, sharding)
+    shards.check_tiling(good, host)
+    shards.check_tiling(good)
+    # device d receives the block meant for device d + 1: a wrong layout
+    devices = list(sharding.addressable_devices_indices_map(host.shape))
+    idx = sharding.addressable_devices_indices_map(host.shape)
+    blocks = [host[idx[d]] for d in devices]
+    wrong = jax.make_array_from_single_device_arrays(
+        host.shape, sharding,
+        [jax.device_put(blocks[(i + 1) % len(devices)], d) for i, d in enumerate(devices)])
+    shards.check_tiling(wrong)  # without the host data the defect is invisible
+    with pytest.raises(AssertionError, match="holds the wrong data"):
+        shards.check_tiling(wrong, host)
+    with pytest.raises(AssertionError, match="shape"):
+        shards.check_tiling(good, host[:4])
+
+
+def test_byte_axis_ticks_are_round_powers_of_ten():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from shardbook import plotting
+
+    assert plotting.round_bytes(1e4) == "10 kB" and plotting.round_bytes(1e6) == "1 MB"
+    assert plotting.round_bytes(100) == "100 B"
+    ax = plotting.plot_bytes_vs_devices([1, 2, 4], {"a": [3e6, 1.5e6, 7.5e5], "b": [5e3] * 3})
+    ticks = list(ax.get_yticks())
+    assert ticks == [1e4, 1e5, 1e6]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["10 kB", "100 kB", "1 MB"]
+    plt.close("all")
