@@ -45,6 +45,7 @@ PY
 
 build_book() {
   python ci/record.py --ensure
+  python ci/validation.py
   rm -rf _build/html
   jupyter-book build . --builder html -W -n --keep-going
   echo "[build] 0 warnings (Sphinx ran with -W -n: any warning fails the build)"

@@ -1,0 +1,73 @@
+"""Every tolerance of the book leaves at least a 10x margin over the worst difference
+observed, and every stored verdict was measured.
+
+book/data/tolerance_margins.json is written by ./ci/margins, which runs the notebooks
+at device counts 1 to 8 natively and under --xla_cpu_max_isa=SSE4_2 with BOOK_GAP_LOG.
+The verdicts are read from the notebooks' stored outputs, which strict nbval proves are
+what the code prints, so a tolerance changed in a notebook without re-measuring fails here.
+"""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from shardbook.verify import VERDICT_RE
+
+ROOT = Path(__file__).resolve().parent.parent
+MARGINS = ROOT / "book" / "data" / "tolerance_margins.json"
+sys.path.insert(0, str(ROOT / "ci"))
+from validation import ignored_cells  # noqa: E402
+
+
+def stored_verdicts() -> dict:
+    found = {}
+    for path in sorted((ROOT / "book").glob("[0-9][0-9]*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("text", "")) + "".join(
+                    out.get("data", {}).get("text/plain", ""))
+                for m in VERDICT_RE.finditer(text):
+                    tol = None if m["rtol"] is None else (float(m["rtol"]), float(m["atol"]))
+                    found.setdefault(m["check"], set()).add((path.name, tol))
+    return found
+
+
+@pytest.fixture(scope="module")
+def margins():
+    assert MARGINS.exists(), "book/data/tolerance_margins.json is missing: run ./ci/margins"
+    return json.loads(MARGINS.read_text())
+
+
+def test_every_stored_verdict_was_measured_with_its_tolerance(margins):
+    checks = margins["checks"]
+    verdicts = stored_verdicts()
+    assert verdicts, "no verdict in any stored output: the chapters print none?"
+    for name, seen in verdicts.items():
+        assert name in checks, f"{name} is printed by {seen} but was never measured: ./ci/margins"
+        c = checks[name]
+        for nb, tol in seen:
+            want = None if c["exact"] else (c["rtol"], c["atol"])
+            assert tol == want, f"{name} in {nb}: tolerance {tol}, measured with {want}"
+
+
+def test_every_tolerance_is_at_least_ten_times_the_worst_case(margins):
+    low = {k: c["margin"] for k, c in margins["checks"].items()
+           if c["margin"] is not None and c["margin"] < 10}
+    assert not low, f"tolerances with less than a 10x margin: {low}"
+
+
+def test_the_margins_cover_device_counts_and_two_isas(margins):
+    runs = {r for c in margins["checks"].values() for r in c["runs"]}
+    for isa in ("native", "SSE4_2"):
+        for n in (1, 2, 4, 8):
+            assert f"{isa}/{n}" in runs, f"no check ran on {n} device(s) under {isa}"
+    for name, c in margins["checks"].items():
+        isas = {r.split("/")[0] for r in c["runs"]}
+        assert isas == {"native", "SSE4_2"}, f"{name} was measured under {isas} only"
+
+
+def test_every_uncompared_cell_says_why():
+    for row in ignored_cells(ROOT):
+        assert row["reason"], (f"{row['notebook']} code cell {row['cell']} is tagged "
+                               "nbval-ignore-output without '# output not compared: <reason>'")
