@@ -1,0 +1,339 @@
+"""The book as a reader meets it online: configuration, links, Binder, workflows.
+
+These tests read files only; nothing is downloaded and nothing is built.  The test
+that drives a real browser is skipped where no Chromium is installed (ci/browser
+installs it and runs the same planted-bug check before it checks the book).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT / "_ext"))
+
+import browser_test  # noqa: E402
+import check_notebooks  # noqa: E402
+import record  # noqa: E402
+import site_fixes  # noqa: E402
+
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPO_URL = CONFIG["repository"]["url"]  # the one place the repository URL is set
+NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+GITHUB = re.compile(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+SELF_LINK = re.compile(
+    r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/(?:blob|tree|raw)/"
+    r"[^/\s\"')]+/([^\s\"')#?]+)"
+)
+
+
+def _first_code_cell(path: Path) -> str:
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    src = cell["source"]
+    return "".join(src) if isinstance(src, list) else src
+
+
+# ------------------------------------------------------------ repository URL
+
+
+def test_repository_url_is_a_github_repository():
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", REPO_URL), REPO_URL
+
+
+def test_readme_and_pyproject_follow_the_repository_url():
+    readme = (ROOT / "README.md").read_text()
+    assert REPO_URL in readme, f"README.md must name the repository, {REPO_URL}"
+    wrong = [u for u in GITHUB.findall(readme) if _is_ours(u) and u != REPO_URL]
+    assert not wrong, f"README.md names another repository URL: {wrong}"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for name, url in project.get("urls", {}).items():
+        if "github.com" in url:
+            assert url.startswith(REPO_URL), f"pyproject.toml urls.{name}: {url}"
+
+
+def test_config_launch_settings_follow_the_repository_url():
+    from jupyter_book.config import get_final_config
+
+    final, _ = get_final_config(user_yaml=ROOT / "_config.yml", sourcedir=ROOT,
+                                cli_config={"latex_individualpages": False},
+                                raise_on_invalid=True)
+    theme = final["html_theme_options"]
+    assert theme["repository_url"] == REPO_URL
+    assert theme["repository_branch"] == "main"
+    assert theme["launch_buttons"]["binderhub_url"] == "https://mybinder.org"
+    assert theme["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+    assert theme["launch_buttons"]["thebe"] is True
+    assert "sphinx_thebe" in final["extensions"]
+    # The theme fixes are in force (recursive_update keeps the launch buttons too).
+    assert theme["navbar_persistent"] == []
+    assert "site_fixes" in final["extensions"]
+    assert final["html_context"]["default_mode"] == "light"
+
+
+def _is_ours(url: str) -> bool:
+    """A GitHub URL that means this repository: same owner, or same owner/name."""
+    owner = REPO_URL.rstrip("/").split("/")[-2]
+    return url.split("/")[3] == owner
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_install_cell_follows_the_repository_url(path):
+    """The first code cell installs shardbook from exactly this repository."""
+    src = _first_code_cell(path)
+    want = f"git+{REPO_URL}"
+    assert re.search(re.escape(want) + r"(?![\w/.-])", src), (
+        f"{path.name}: the first code cell must install shardbook from {want} "
+        f"(the repository URL in _config.yml)"
+    )
+    assert "%pip install" in src and "shardbook[" in src, path.name
+    for url in GITHUB.findall(src):
+        assert url == REPO_URL, f"{path.name}: first cell names {url}"
+
+
+def _text_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.split()
+    keep = (".md", ".ipynb", ".py", ".sh", ".sbatch", ".toml", ".yml", ".txt")
+    return [ROOT / f for f in out if f.endswith(keep) and (ROOT / f).is_file()]
+
+
+def test_links_to_files_of_this_repository_follow_the_repository_url():
+    """A GitHub link to a file that exists here, or a pip git+ URL, must be ours."""
+    problems = []
+    for path in _text_files():
+        text = path.read_text(errors="replace")
+        for repo, file in SELF_LINK.findall(text):
+            if (ROOT / file).exists() and f"https://github.com/{repo}" != REPO_URL:
+                problems.append(f"{path.relative_to(ROOT)}: {repo}/.../{file}")
+        for url in re.findall(r"git\+(https://github\.com/[\w.-]+/[\w.-]+)", text):
+            if url != REPO_URL and "shardbook" in text:
+                problems.append(f"{path.relative_to(ROOT)}: git+{url}")
+    assert not problems, f"links that do not follow {REPO_URL}: {problems}"
+
+
+# ------------------------------------------------------------ Binder and Thebe
+
+
+def _requirements(path: Path) -> set[str]:
+    """The pins of a requirements file, following -r includes."""
+    pins = set()
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith(("-r ", "--requirement ")):
+            pins |= _requirements((path.parent / line.split(None, 1)[1]).resolve())
+        elif line:
+            pins.add(line)
+    return pins
+
+
+def test_binder_environment_is_the_books_pinned_environment():
+    binder = ROOT / "binder"
+    assert _requirements(binder / "requirements.txt") == _requirements(
+        ROOT / "requirements.txt"
+    ), "binder/requirements.txt must install exactly requirements.txt"
+    # repo2docker reads runtime.txt as python-X.Y; the book needs 3.11 or newer.
+    runtime = (binder / "runtime.txt").read_text().strip()
+    assert re.fullmatch(r"python-3\.(1[1-9])", runtime), runtime
+    ci = yaml.safe_load((ROOT / ".github/workflows/cpu.yml").read_text())
+    steps = ci["jobs"]["test"]["steps"]
+    versions = [s["with"]["python-version"] for s in steps if "setup-python" in
+                s.get("uses", "")]
+    assert versions == [runtime.removeprefix("python-")], "Binder and CI: one Python"
+
+
+def test_binder_postbuild_installs_shardbook_without_dependencies():
+    post = ROOT / "binder" / "postBuild"
+    assert post.stat().st_mode & stat.S_IXUSR, "binder/postBuild must be executable"
+    text = post.read_text()
+    assert text.startswith("#!/bin/bash")
+    assert re.search(r"pip install .*--no-deps.* -e \.", text), text
+    start = ROOT / "binder" / "start"
+    assert start.stat().st_mode & stat.S_IXUSR, "binder/start must be executable"
+    assert 'exec "$@"' in start.read_text()
+    assert "BOOK_NUM_DEVICES=8" in start.read_text()
+
+
+# ------------------------------------------------------------ theme fixes
+
+
+def test_inline_scripts_are_written_once():
+    from sphinx.builders.html._assets import _JavaScript
+
+    body = 'const THEBE_JS_URL = "x"'
+    files = [_JavaScript("a.js"), _JavaScript(None, body=body),
+             _JavaScript("", body=body), _JavaScript("a.js"), _JavaScript("b.js")]
+    context = {"script_files": files}
+    site_fixes._dedupe_inline_scripts(context)
+    assert [j.filename for j in context["script_files"]] == ["a.js", None, "a.js",
+                                                              "b.js"]
+
+
+def test_footer_links_are_relative_to_the_site_root():
+    def pathto(target, resource=0):
+        assert resource
+        return "../" + target  # as from a page one folder down
+
+    context = {"theme_extra_footer": "see <a href='book/record.html'>it</a>, "
+               "<a href=\"https://x.org/a\">x</a> <a href='#top'>top</a>",
+               "pathto": pathto}
+    site_fixes._footer_links_from_root(context)
+    footer = context["theme_extra_footer"]
+    assert "href='../book/record.html'" in footer
+    assert 'href="https://x.org/a"' in footer and "href='#top'" in footer
+
+
+def test_neighbouring_streams_merge_and_keep_their_order():
+    outs = [
+        {"output_type": "stream", "name": "stdout", "text": "title 1\n"},
+        {"output_type": "display_data", "data": {"text/html": "grid 1"}},
+        {"output_type": "stream", "name": "stdout", "text": "title 2\n"},
+        {"output_type": "stream", "name": "stdout", "text": "more 2\n"},
+        {"output_type": "stream", "name": "stderr", "text": "warn\n"},
+        {"output_type": "display_data", "data": {"text/html": "grid 2"}},
+    ]
+    merged = site_fixes.merge_neighbouring_streams(outs)
+    assert [o.get("text", o.get("data", {}).get("text/html")) for o in merged] == [
+        "title 1\n", "grid 1", "title 2\nmore 2\n", "warn\n", "grid 2"]
+
+
+# ------------------------------------------------------------ record page
+
+
+def test_record_without_timings_ships_no_placeholder(tmp_path):
+    out = tmp_path / "record.md"
+    record.write(None, out)
+    text = out.read_text()
+    assert "Not measured" not in text and record.TIMES_HEADING not in text
+    assert "## Versions" in text
+    page = (ROOT / "book" / "record.md").read_text()
+    assert "Run times come from the test run" in page
+
+
+def test_record_with_timings_shows_them(tmp_path):
+    timings = tmp_path / "t.tsv"
+    timings.write_text("book/01-a.ipynb\t12\tpassed\nbook/02-b.ipynb\t30\tpassed\n")
+    out = tmp_path / "record.md"
+    record.write(timings, out)
+    text = out.read_text()
+    assert record.TIMES_HEADER in text and "| **total** | 42 | |" in text
+    html = tmp_path / "record.html"
+    html.write_text(f"<h2>{record.TIMES_HEADING}</h2><table><td>12</td></table>")
+    assert record.check_html(html) == 0
+    html.write_text("<h2>Versions</h2><table><td>1.0</td></table>")
+    assert record.check_html(html) == 1
+
+
+# ------------------------------------------------------------ workflows
+
+
+def test_every_workflow_passes_actionlint():
+    if not (ROOT / ".venv/bin/actionlint").exists() and not shutil.which("actionlint"):
+        pytest.skip("actionlint is not installed (it is pinned in requirements.txt)")
+    run = subprocess.run([str(ROOT / "ci" / "lint_workflows")], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_pages_workflow_publishes_the_tested_build():
+    wf = yaml.safe_load((ROOT / ".github/workflows/pages.yml").read_text())
+    on = wf[True] if True in wf else wf["on"]  # YAML reads a bare `on` as True
+    assert on["push"]["branches"] == ["main"]
+    assert wf["permissions"] == {"contents": "read", "pages": "write",
+                                 "id-token": "write"}
+    steps = wf["jobs"]["build"]["steps"]
+    runs = [s.get("run", "") for s in steps]
+    uses = [s.get("uses", "") for s in steps]
+    test = runs.index("./ci/test")
+    check = next(i for i, r in enumerate(runs) if "record.py --check-html" in r)
+    upload = next(i for i, u in enumerate(uses) if "upload-pages-artifact" in u)
+    assert test < check < upload, "test, check the record, then upload"
+    assert steps[upload]["with"]["path"] == "_build/html"
+    deploy = wf["jobs"]["deploy"]
+    assert deploy["needs"] == "build"
+    assert any("actions/deploy-pages" in s.get("uses", "") for s in deploy["steps"])
+
+
+def test_cpu_workflow_keeps_the_screenshots():
+    wf = yaml.safe_load((ROOT / ".github/workflows/cpu.yml").read_text())
+    paths = [s.get("with", {}).get("path") for s in wf["jobs"]["test"]["steps"]]
+    assert "_build/screenshots" in paths
+
+
+# ------------------------------------------------------------ link and browser checks
+
+
+def test_link_checker_reports_a_missing_image_and_anchor(tmp_path):
+    site = browser_test.planted_site(tmp_path)
+    (site / "more.html").write_text('<a href="index.html#nowhere">x</a>'
+                                    '<a href="wide.html">ok</a><p id="here"></p>'
+                                    '<a href="#here">ok</a>')
+    problems = browser_test.check_links(site)
+    assert any("figure.png: no such file" in p for p in problems), problems
+    assert any("#nowhere" in p and "no anchor" in p for p in problems), problems
+    assert len(problems) == 2, problems
+
+
+def test_browser_test_fails_on_a_missing_image_and_a_wide_page(tmp_path):
+    chromium = browser_test.find_chromium()
+    if not chromium:
+        pytest.skip("no Chromium installed (ci/browser installs Debian's chromium)")
+    pytest.importorskip("playwright")
+    site = browser_test.planted_site(tmp_path / "site")
+    problems = browser_test.check_pages(site, tmp_path / "shots", chromium,
+                                        search_word=None)
+    assert any(p.startswith("index.html: image not loaded: figure.png")
+               for p in problems), problems
+    assert any(p.startswith("wide.html: scrolls sideways by") for p in problems)
+    assert not any(p.startswith("wide.html: image") for p in problems)
+    assert sorted(os.listdir(tmp_path / "shots")) == ["index.jpg", "wide.jpg"]
+    assert browser_test.self_test(chromium) == []
+
+
+# ------------------------------------------------------------ notebook line lengths
+
+
+def _notebook(path: Path, cells: list[dict]) -> Path:
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                "nbformat_minor": 5}))
+    return path
+
+
+def _code(source: str, outputs=(), tags=()) -> dict:
+    return {"cell_type": "code", "source": source, "outputs": list(outputs),
+            "metadata": {"tags": list(tags)}, "execution_count": None}
+
+
+def test_notebook_checker_catches_long_lines(tmp_path, capsys):
+    long_code = "x = " + "1 + " * 30 + "1"  # 126 characters
+    nb = _notebook(tmp_path / "bad.ipynb", [
+        {"cell_type": "markdown", "source": "a" * 200, "metadata": {}},
+        _code("ok = 1\n" + long_code),
+        _code("print()", [{"output_type": "stream", "name": "stdout",
+                           "text": "fine\n" + "y" * 101 + "\n"}]),
+        _code(long_code, [{"output_type": "display_data",
+                           "data": {"text/html": "<p/>", "text/plain": "z" * 300}}],
+              tags=["remove-input"]),
+    ])
+    assert check_notebooks.long_lines(nb) == [
+        ("code", 1, 2, len(long_code)), ("output", 2, 2, 101)]
+    assert check_notebooks.main([str(nb)]) == 1
+    out = capsys.readouterr().out
+    assert "bad.ipynb: cell 1, code line 2" in out
+    assert "bad.ipynb: cell 2, output line 2: 101 characters (limit 100)" in out
+
+    good = _notebook(tmp_path / "good.ipynb", [_code("x = 1", [
+        {"output_type": "error", "ename": "E", "evalue": "",
+         "traceback": ["\x1b[0;31m" + "e" * 100 + "\x1b[0m"]}])])
+    assert check_notebooks.main([str(good)]) == 0
