@@ -1,0 +1,538 @@
+"""Compile a step for a GPU without a GPU: what 8 x H200 (or H100) would run.
+
+XLA's GPU compiler runs other passes than its CPU compiler, so the collectives and the
+temporaries of a sharded step differ between the book's simulated CPU devices and real
+GPUs.  JAX 0.10.2 can compile for a GPU on a machine that has none (JAX docs,
+"Ahead-of-time lowering and compilation"; ``jax.experimental.topologies``):
+
+1. describe the target with XLA's own device spec (``gpu_specs/*.txtpb``, from openxla/xla,
+   ``xla/backends/gpu/target_config/specs/``) and
+   ``topologies.get_topology_desc(platform="cuda", topology="1x1x8", target_config=spec)``;
+2. make a mesh of those compile-only devices and give every input as a
+   ``jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))``;
+3. ``jax.jit(f).trace(*structs).lower().compile()``: ``.as_text()`` is the optimized GPU
+   program and ``.memory_analysis()`` the bytes of one device.
+
+That needs JAX's CUDA plugin, its PJRT library and NVIDIA's ptxas (``PINS``), and
+``JAX_PLATFORMS=cpu``.  The notebook's own kernel must never see them: a reader with no
+environment variables set must get a working kernel on CPU or GPU.  So the wheels go into
+their own folder (``.venv/gpu-target``, :func:`install`), and every GPU-target compile runs in
+a **child process** that alone puts that folder on its ``PYTHONPATH`` (:func:`compile_jobs`).
+
+What to compile is named, not pickled: ``"shardbook.gputarget_steps:rnn_data_parallel"`` and
+its keyword arguments.  The child imports the builder, calls it with a :class:`Target`, compiles
+what it returns, and answers with JSON: the collectives (kind, count, bytes, async or not, per
+loop body) and ``memory_analysis()`` per device (see :func:`report`).  :func:`compile_here`
+runs the same builder on the current process's own devices, for the side-by-side view.
+
+This module imports neither JAX nor BrainPy when it is imported.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "PINS", "TARGETS", "GpuTargetError", "target_dir", "wheels_installed", "install",
+    "spec_text", "Target", "read_collectives", "loop_summary", "report", "compile_jobs",
+    "compile_for", "compile_here", "ops_per_step", "start_jobs", "Pending",
+]
+
+# The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; a test checks it).
+PINS = ("jax-cuda12-plugin==0.10.2", "jax-cuda12-pjrt==0.10.2", "nvidia-cuda-nvcc-cu12==12.9.86")
+
+SPEC_DIR = Path(__file__).resolve().parent / "gpu_specs"
+# name -> (spec file, what to call it)
+TARGETS = {"h200": ("h200.txtpb", "NVIDIA H200"), "h100_sxm": ("h100_sxm.txtpb", "NVIDIA H100 SXM")}
+_ALIASES = {"h100": "h100_sxm", "h100-sxm": "h100_sxm", "h100 sxm": "h100_sxm"}
+
+_MARK = "@@gputarget-json@@"
+_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+
+
+class GpuTargetError(RuntimeError):
+    """A GPU-target compile could not run (wheels missing, child failed or timed out)."""
+
+
+# ------------------------------------------------------------------------ installation
+def target_dir() -> Path:
+    """Where the wheels live: ``$BOOK_GPU_TARGET_DIR``, else ``<venv>/gpu-target``."""
+    return Path(os.environ.get("BOOK_GPU_TARGET_DIR", Path(sys.prefix) / "gpu-target"))
+
+
+def _stamp_text() -> str:
+    return hashlib.sha256("\n".join(PINS).encode()).hexdigest()[:16]
+
+
+def wheels_installed(path=None) -> bool:
+    """True when :func:`install` completed for exactly ``PINS`` in ``path``."""
+    path = Path(path) if path is not None else target_dir()
+    stamp = path / ".gputarget-stamp"
+    return stamp.exists() and stamp.read_text().strip() == _stamp_text() \
+        and (path / "jax_plugins" / "xla_cuda12").is_dir() and (path / "nvidia" / "cuda_nvcc" / "bin" / "ptxas").exists()
+
+
+def install(path=None, verbose: bool = True) -> float:
+    """Install ``PINS`` with ``pip --target`` into ``path`` (default :func:`target_dir`), once.
+
+    Idempotent: a stamp file records the pins; a second call returns at once.  ``--no-deps``
+    keeps the CUDA runtime wheels out (a compile needs only the plugin, PJRT and ptxas).
+    Returns the seconds spent (0.0 when nothing was done).
+    """
+    path = Path(path) if path is not None else target_dir()
+    if wheels_installed(path):
+        if verbose:
+            print(f"[gpu-target] reusing {path} (pins unchanged)")
+        return 0.0
+    t0 = time.perf_counter()
+    path.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+           "--upgrade", "--target", str(path), *PINS]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise GpuTargetError(f"pip could not install the GPU-target wheels:\n{done.stderr[-3000:]}")
+    (path / ".gputarget-stamp").write_text(_stamp_text() + "\n")
+    seconds = time.perf_counter() - t0
+    if verbose:
+        print(f"[gpu-target] installed {', '.join(PINS)} into {path} in {seconds:.0f} s")
+    return seconds
+
+
+def spec_text(target: str) -> str:
+    """XLA's device spec of ``target`` ('h200' or 'h100_sxm'), licence header included."""
+    return (SPEC_DIR / TARGETS[_name(target)][0]).read_text()
+
+
+def _name(target: str) -> str:
+    key = target.lower()
+    key = _ALIASES.get(key, key)
+    if key not in TARGETS:
+        raise ValueError(f"unknown GPU target {target!r}; known: {', '.join(TARGETS)}")
+    return key
+
+
+# ------------------------------------------------------------- the builders' interface
+class Target:
+    """What a builder receives: where to build the model, and how to describe the inputs.
+
+    A builder builds its model on :meth:`build_devices` (devices that can hold arrays: the
+    child's simulated CPU devices, or the notebook's own devices), wrapped in a mesh of the
+    same shape and axis names as :meth:`mesh`, the mesh it is compiled for.  Then it returns
+    ``(jitted_function, args)``, the arguments made abstract on the compile mesh with
+    :meth:`struct`, :meth:`retarget` or :meth:`bm_step`.
+
+    ``Target("cpu")`` (what :func:`compile_here` uses) builds and compiles on this process's
+    own devices; then both meshes are the same.
+    """
+
+    def __init__(self, kind: str = "h200", devices: int = 8, hosts: int = 1):
+        import jax
+
+        self.kind = "cpu" if kind == "cpu" else _name(kind)
+        if self.kind == "cpu":
+            self.devices = list(jax.devices())
+            self.description = f"{len(self.devices)} x {self.devices[0].device_kind} (this process)"
+        else:
+            from jax.experimental import topologies
+
+            topo = topologies.get_topology_desc(platform="cuda", topology=f"1x{hosts}x{devices}",
+                                                target_config=spec_text(self.kind))
+            self.devices = list(topo.devices)
+            self.description = f"{hosts * devices} x {TARGETS[self.kind][1]}" + (f" ({hosts} hosts)" if hosts > 1 else "")
+        self.n = len(self.devices)
+        self._mesh = None
+
+    def build_devices(self, shape=None):
+        """Devices to build the model on, as an array of ``shape`` (default: all, 1-D)."""
+        import jax
+        import numpy as np
+
+        devs = self.devices if self.kind == "cpu" else jax.devices()[: self.n]
+        if len(devs) < self.n:
+            raise GpuTargetError(f"the child has {len(devs)} CPU devices to build on, {self.n} needed")
+        return np.array(devs).reshape(shape if shape is not None else (self.n,))
+
+    def mesh(self, shape=None, names=("x",)):
+        """The mesh to compile for (compile-only GPU devices, or this process's devices)."""
+        import numpy as np
+        from jax.sharding import Mesh
+
+        shape = tuple(shape) if shape is not None else (self.n,)
+        self._mesh = Mesh(np.array(self.devices).reshape(shape), tuple(names))
+        return self._mesh
+
+    def sharding(self, spec=None):
+        """``NamedSharding(self.mesh(...), spec)``; ``None`` gives replicated."""
+        from jax.sharding import NamedSharding, PartitionSpec as P
+
+        if self._mesh is None:
+            raise GpuTargetError("call target.mesh(shape, names) first")
+        return NamedSharding(self._mesh, spec if spec is not None else P())
+
+    def struct(self, shape, dtype, spec=None):
+        """An abstract input: ``jax.ShapeDtypeStruct`` on the compile mesh."""
+        import jax
+
+        return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=self.sharding(spec))
+
+    def retarget(self, tree, shapes=None):
+        """Arrays (or Variables) -> ShapeDtypeStructs on the compile mesh, same PartitionSpecs.
+
+        A ``NamedSharding`` keeps its spec; anything else (one device) becomes replicated.
+        ``shapes`` (optional, a list in leaf order) overrides the shapes.
+        """
+        import jax
+        from jax.sharding import NamedSharding
+
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        out = []
+        for i, leaf in enumerate(leaves):
+            leaf = getattr(leaf, "value", leaf)
+            sh = getattr(leaf, "sharding", None)
+            spec = sh.spec if isinstance(sh, NamedSharding) else None
+            shape = shapes[i] if shapes is not None else leaf.shape
+            out.append(self.struct(shape, leaf.dtype, spec))
+        return jax.tree_util.tree_unflatten(treedef, out)
+
+    def bm_step(self, step, *args, resize=None):
+        """A BrainPy ``bm.jit`` function as ``(plain jax.jit, (state_values, *args))``.
+
+        ``step.jitted_fun`` is a plain ``jax.jit`` of ``(state_values, *args)``, and
+        ``step.stateful_fun.get_state_trace(*args).get_state_values()`` gives the state values
+        in its order (brainstate ``transform/_jit.py``).  ``resize``: a function of a state's
+        shape that gives the shape to compile for; the state then holds a zero-memory
+        stand-in of that shape (``np.broadcast_to``) while it is traced.  Shardings the model
+        keeps as attributes must point at :meth:`mesh` before this call: it traces.
+        """
+        import numpy as np
+
+        if resize is not None:
+            self._resize_states(step, args, resize)
+        trace = step.stateful_fun.get_state_trace(*args)
+        values = trace.get_state_values()
+        specs = getattr(self, "_resized_specs", {})
+        shapes = [np.shape(v) for v in values]
+        shardings = [specs.get(id(s), getattr(v, "sharding", None)) for s, v in zip(trace.states, values)]
+        structs = tuple(self._struct_like(v, shape, sh) for v, shape, sh in zip(values, shapes, shardings))
+        return step.jitted_fun, (structs, *args)
+
+    def _struct_like(self, value, shape, sharding):
+        from jax.sharding import NamedSharding
+
+        spec = sharding.spec if isinstance(sharding, NamedSharding) else None
+        return self.struct(shape, value.dtype, spec)
+
+    def _resize_states(self, step, args, resize):
+        import numpy as np
+
+        trace = step.stateful_fun.get_state_trace(*args)  # which states the step touches
+        self._resized_specs = {}
+        for state in trace.states:
+            old = state._value
+            new_shape = tuple(resize(tuple(np.shape(old))))
+            self._resized_specs[id(state)] = getattr(old, "sharding", None)
+            state._value = np.broadcast_to(np.zeros((), np.dtype(old.dtype)), new_shape)  # no memory
+        step.stateful_fun.clear_cache()
+
+
+# -------------------------------------------------------------------- reading the program
+_COMP_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s+->\s+.*\{\s*$")
+_INSTR_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+(.+?)\s+([a-z][\w\-]*)\((.*)$")
+
+
+def _split_top(s: str) -> list[str]:
+    """Split ``s`` at commas that are not inside (), [] or {}."""
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    return parts
+
+
+def _elements(type_str: str) -> list[str]:
+    t = type_str.strip()
+    if t.startswith("(") and t.endswith(")"):
+        return _split_top(t[1:-1])
+    return [t]
+
+
+def _result_type(op: str, type_str: str) -> str:
+    """The part of an instruction's type that is the collective's *result*.
+
+    ``all-gather-start``, ``reduce-scatter-start``, ``all-to-all-start`` and
+    ``collective-permute-start`` return ``(operands, results[, context])``; ``all-reduce-start``
+    returns the results only (XLA's HLO verifier, ``xla/service/hlo_verifier.cc``).
+    """
+    if op.endswith("-start") and op != "all-reduce-start":
+        parts = _elements(type_str)
+        return parts[1] if len(parts) >= 2 else parts[0]
+    return type_str
+
+
+def read_collectives(compiled_or_text) -> list[dict]:
+    """Every collective of a compiled program (CPU or GPU), in program order.
+
+    Each is a dict: ``op`` (``all-reduce``, ``all-gather``, ``reduce-scatter``, ...; async
+    ``-start`` forms folded in), ``async`` (an ``-start``/``-done`` pair, or wrapped in
+    ``async-start``), ``computation``, ``loop`` (index of the outermost ``while`` whose body
+    runs it, ``None`` outside loops), ``per_step``, ``backward`` (that loop is a transposed,
+    i.e. backward, loop), ``shapes`` (``"f32[8,840]"`` per result array) and ``nbytes`` (the
+    result's bytes on one device).  Built on ``shardbook.hlo``'s helpers.
+    """
+    from . import hlo
+
+    text = compiled_or_text if isinstance(compiled_or_text, str) else compiled_or_text.as_text()
+    calls, whiles, async_calls, current = {}, [], set(), None
+    for line in text.splitlines():
+        m = _COMP_RE.match(line)
+        if m:
+            current = m.group(1)
+            calls[current] = set()
+            continue
+        if current is None:
+            continue
+        calls[current].update(re.findall(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)", line))
+        m = _INSTR_RE.match(line)
+        if m and m.group(3) == "while":
+            body = re.search(r"body=%?([\w.\-]+)", line).group(1)
+            op_name = re.search(r'op_name="([^"]*)"', line)
+            whiles.append((current, body, bool(op_name and "transpose(" in op_name.group(1))))
+        if m and m.group(3) == "async-start":
+            async_calls.update(re.findall(r"calls=%?([\w.\-]+)", line))
+
+    def reach(start):
+        seen, stack = {start}, [start]
+        while stack:
+            for c in calls.get(stack.pop(), ()):
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+        return seen
+
+    # the outermost loop of each computation: loops in program order, inner bodies last
+    loop_of, backward_of = {}, {}
+    in_loop = set().union(*[reach(b) - {b} for _, b, _ in whiles]) if whiles else set()
+    outer = [(i, b, bw) for i, (parent, b, bw) in enumerate(whiles) if b not in in_loop]
+    for k, (_, body, bw) in enumerate(outer):
+        for c in reach(body):
+            loop_of.setdefault(c, k)
+            backward_of.setdefault(c, bw)
+    async_comps = set().union(*[reach(c) for c in async_calls]) if async_calls else set()
+    per_step = hlo._loop_bodies(text)
+
+    out, current = [], None
+    for line in text.splitlines():
+        m = _COMP_RE.match(line)
+        if m:
+            current = m.group(1)
+            continue
+        m = _INSTR_RE.match(line)
+        if not m:
+            continue
+        type_str, op = m.group(2), m.group(3)
+        base = op[: -len("-start")] if op.endswith("-start") else op
+        if base not in _COLLECTIVES:
+            continue
+        shapes, nbytes = hlo._shape_bytes(_result_type(op, type_str))
+        out.append(dict(
+            op=base, async_=op.endswith("-start") or current in async_comps, computation=current,
+            loop=loop_of.get(current), per_step=current in per_step, backward=backward_of.get(current, False),
+            shapes=[f"{d}[{','.join(map(str, s))}]" for d, s in shapes], nbytes=int(nbytes)))
+    for c in out:  # 'async' is a keyword; keep both spellings for readers of the JSON
+        c["async"] = c.pop("async_")
+    return out
+
+
+def loop_summary(collectives: list[dict]) -> list[dict]:
+    """Collectives grouped by where they run: ``once`` per call, or per step of loop k.
+
+    One dict per (where, op, async, shapes): ``count`` and ``bytes`` (result bytes of one
+    device, summed over that many instructions).
+    """
+    rows = Counter()
+    for c in collectives:
+        where = "once" if c["loop"] is None else f"loop {c['loop']}" + (" (backward)" if c["backward"] else "")
+        rows[(where, c["op"], c["async"], " ".join(c["shapes"]))] += 1
+    by_key = {}
+    for c in collectives:
+        where = "once" if c["loop"] is None else f"loop {c['loop']}" + (" (backward)" if c["backward"] else "")
+        by_key.setdefault((where, c["op"], c["async"], " ".join(c["shapes"])), c["nbytes"])
+    return [{"where": w, "op": op, "async": a, "shapes": s, "count": k, "bytes": k * by_key[(w, op, a, s)]}
+            for (w, op, a, s), k in sorted(rows.items())]
+
+
+def ops_per_step(rep: dict, where: str | None = None) -> Counter:
+    """``Counter`` of ``(op, async)`` in a report; ``where``: 'once', 'loop' (any loop), or None."""
+    cs = rep["collectives"]
+    if where == "once":
+        cs = [c for c in cs if c["loop"] is None]
+    elif where == "loop":
+        cs = [c for c in cs if c["loop"] is not None]
+    return Counter((c["op"], c["async"]) for c in cs)
+
+
+def report(compiled, compile_s: float | None = None, text: bool = False) -> dict:
+    """What one compiled program says: collectives, memory per device, compile seconds."""
+    from .memory import compiled_memory
+
+    hlo_text = compiled.as_text()
+    cs = read_collectives(hlo_text)
+    out = dict(collectives=cs, memory=compiled_memory(compiled), compile_s=compile_s,
+               whiles=hlo_text.count(" while("))
+    if text:
+        out["text"] = hlo_text
+    return out
+
+
+# ------------------------------------------------------------------------------ running
+def _builder(name: str):
+    module, _, attr = name.partition(":")
+    if not attr:
+        raise ValueError(f"builder must be 'module:function', got {name!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _run_job(job: dict, target: Target) -> dict:
+    t0 = time.perf_counter()
+    fn, args = _builder(job["builder"])(target, **job.get("kwargs", {}))
+    t1 = time.perf_counter()
+    compiled = fn.trace(*args).lower().compile()
+    rep = report(compiled, time.perf_counter() - t1, text=job.get("text", False))
+    rep["build_s"] = t1 - t0
+    rep.update(target=target.description, builder=job["builder"], kwargs=job.get("kwargs", {}),
+               mesh={k: int(v) for k, v in dict(target._mesh.shape).items()} if target._mesh is not None else {})
+    return rep
+
+
+def compile_here(builder: str, text: bool = False, **kwargs) -> dict:
+    """Build and compile ``builder`` on this process's own devices (no child): the CPU side."""
+    return _run_job(dict(builder=builder, kwargs=kwargs, text=text), Target("cpu"))
+
+
+def _child_env(cpu_devices: int, path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "BOOK_NUM_DEVICES"))}
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
+    ptxas_root = path / "nvidia" / "cuda_nvcc"
+    flags.append(f"--xla_gpu_cuda_data_dir={ptxas_root}")  # the pinned toolkit, not a system one
+    pkg_root = str(Path(__file__).resolve().parent.parent)
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags), TF_CPP_MIN_LOG_LEVEL="3",
+               BOOK_GPU_TARGET_CPU_DEVICES=str(cpu_devices),
+               PYTHONPATH=os.pathsep.join([str(path), pkg_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    return env
+
+
+class Pending:
+    """A GPU-target compile running in its child process; :meth:`result` waits for it."""
+
+    def __init__(self, jobs: list[dict], timeout: float, path: Path):
+        self.jobs, self.timeout = jobs, timeout
+        cpu_devices = max(j.get("devices", 8) * j.get("hosts", 1) for j in jobs)
+        self._t0 = time.perf_counter()
+        self._proc = subprocess.Popen([sys.executable, "-m", "shardbook.gputarget", "child"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=_child_env(cpu_devices, path))
+        self._results = None
+
+    def result(self) -> list[dict]:
+        """One :func:`report` dict per job; raises :class:`GpuTargetError` on any failure."""
+        if self._results is not None:
+            return self._results
+        left = max(1.0, self.timeout - (time.perf_counter() - self._t0))
+        try:
+            out, err = self._proc.communicate(json.dumps(self.jobs), timeout=left)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            names = ", ".join(j["builder"].split(":")[-1] for j in self.jobs)
+            raise GpuTargetError(f"GPU-target compile of {len(self.jobs)} job(s) did not finish within "
+                                 f"{self.timeout:g} s ({names}); the child was stopped") from None
+        lines = [ln for ln in out.splitlines() if ln.startswith(_MARK)]
+        if self._proc.returncode or not lines:
+            raise GpuTargetError(f"the GPU-target child failed (exit {self._proc.returncode}):\n{err[-4000:]}")
+        results = json.loads(lines[-1][len(_MARK):])
+        for job, res in zip(self.jobs, results):
+            if "error" in res:
+                raise GpuTargetError(f"{job['builder']} {job.get('kwargs', {})} on "
+                                     f"{job.get('target', 'h200')}:\n{res['error']}")
+        self._results = results
+        return results
+
+
+def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Pending:
+    """Start compiling ``jobs`` for GPU targets in ONE child process, and return at once.
+
+    Each job: ``{"builder": "module:function", "kwargs": {...}, "target": "h200",
+    "devices": 8, "hosts": 1, "text": False}``.  The child gets ``JAX_PLATFORMS=cpu`` and the
+    wheels' folder on its ``PYTHONPATH``; nothing changes in this process.  ``timeout``
+    bounds the whole child, counted from now.  Raises :class:`GpuTargetError` at once if the
+    wheels are not installed.
+    """
+    path = Path(path) if path is not None else target_dir()
+    if not wheels_installed(path):
+        raise GpuTargetError(f"the GPU-target wheels are not installed in {path}: run "
+                             "ci/install_gpu_target (or shardbook.gputarget.install())")
+    return Pending(list(jobs), timeout, path)
+
+
+def compile_jobs(jobs: list[dict], timeout: float = 300, path=None) -> list[dict]:
+    """:func:`start_jobs` and wait: one :func:`report` dict per job."""
+    return start_jobs(jobs, timeout, path).result()
+
+
+def compile_for(builder: str, target: str = "h200", devices: int = 8, hosts: int = 1,
+                timeout: float = 300, text: bool = False, **kwargs) -> dict:
+    """One job of :func:`compile_jobs`: ``builder(**kwargs)`` compiled for ``devices`` x ``target``."""
+    return compile_jobs([dict(builder=builder, kwargs=kwargs, target=target, devices=devices,
+                              hosts=hosts, text=text)], timeout=timeout)[0]
+
+
+def _child() -> None:
+    t0 = time.perf_counter()
+    jobs = json.loads(sys.stdin.read())
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", int(os.environ.get("BOOK_GPU_TARGET_CPU_DEVICES", "8")))
+    results = []
+    for job in jobs:
+        key = (job.get("target", "h200"), job.get("devices", 8), job.get("hosts", 1))
+        try:
+            results.append(_run_job(job, Target(*key)))
+        except Exception:
+            results.append({"error": traceback.format_exc()[-4000:]})
+    for r in results:
+        r["child_s"] = time.perf_counter() - t0
+    print(_MARK + json.dumps(results), flush=True)
+
+
+def _main(argv: list[str]) -> int:
+    if argv[:1] == ["child"]:
+        _child()
+        return 0
+    if argv[:1] == ["install"]:
+        install(Path(argv[1]) if len(argv) > 1 else None)
+        return 0
+    print("usage: python -m shardbook.gputarget install [DIR]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
