@@ -9,9 +9,10 @@ Two checks, both offline:
 * Browser (Playwright driving Debian's Chromium, /usr/bin/chromium or $CHROMIUM): the
   site is served on 127.0.0.1 only, and each page is opened at 1400 px.  It must log
   no console error, every request for a local asset must succeed, every <img> must be
-  loaded (naturalWidth > 0), a notebook page must carry the Binder and Colab launch
-  buttons, and the page must not scroll sideways.  The search page must find
-  "sharding".  A screenshot of each page goes to _build/screenshots/.
+  loaded (naturalWidth > 0), a notebook page must carry the Binder, Colab and Thebe
+  launch buttons, and the page must neither scroll sideways nor show two search
+  fields.  The search page must find "sharding".  A screenshot of each page goes to
+  _build/screenshots/.
 
 Requests to other hosts (MathJax, Thebe from a CDN) are blocked, as CI has no network;
 they are not counted as errors.  Exit status 1 if anything fails.
@@ -156,7 +157,10 @@ _PAGE_JS = """() => {
     .map(i => i.getAttribute('src'));
   return {overflow: d.scrollWidth - d.clientWidth, broken: broken,
           binder: !!document.querySelector('a[href*="mybinder.org/v2/"]'),
-          colab: !!document.querySelector('a[href*="colab.research.google.com"]')};
+          colab: !!document.querySelector('a[href*="colab.research.google.com"]'),
+          thebe: !!document.querySelector('.btn-launch-thebe'),
+          searchFields: [...document.querySelectorAll('.search-button-field')]
+            .filter(e => e.offsetParent !== null).length};
 }"""
 
 
@@ -229,8 +233,10 @@ def check_pages(site: Path, shots: Path | None, chromium: str,
                 px = info["overflow"]
                 events.append(f"scrolls sideways by {px} px at {WIDTH} px")
             events.extend(f"image not loaded: {src}" for src in info["broken"])
+            if info["searchFields"] > 1:
+                events.append(f"{info['searchFields']} search fields shown, not one")
             if is_notebook_page(site, path):
-                for button in ("binder", "colab"):
+                for button in ("binder", "colab", "thebe"):
                     if not info[button]:
                         events.append(f"no {button} launch button")
             if shots:
@@ -249,15 +255,18 @@ def check_pages(site: Path, shots: Path | None, chromium: str,
 
 
 PLANTED = {
-    # A page whose figure is missing, and a page wider than the window.
+    # A page whose figure is missing, a page wider than the window, and a page
+    # that declares a constant twice (as the doubled Thebe script did).
     "index.html": '<html><body><p>Planted bugs.</p><img src="figure.png" alt="gone">'
                   '<a href="wide.html">wide</a></body></html>',
     "wide.html": '<html><body><div style="width: 3000px">too wide</div></body></html>',
+    "script.html": '<html><head><script>const URL_ = 1;</script>'
+                   '<script>const URL_ = 1;</script></head><body>x</body></html>',
 }
 
 
 def planted_site(where: Path) -> Path:
-    """Write a two-page site with a missing image and a page that overflows."""
+    """Write a tiny site with a missing image, a wide page and a script error."""
     where.mkdir(parents=True, exist_ok=True)
     for name, text in PLANTED.items():
         (where / name).write_text(text)
@@ -275,6 +284,7 @@ def self_test(chromium: str) -> list[str]:
         "missing image (link checker)": "index.html:1: <img> figure.png: no such file",
         "missing image (browser)": "index.html: image not loaded: figure.png",
         "page overflow (browser)": "wide.html: scrolls sideways by",
+        "script error (browser)": "script.html: page error:",
     }
     return [what for what, text in wanted.items()
             if not any(f.startswith(text) for f in found)]
@@ -297,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         for what in missed:
             print(f"  FAIL the checker missed a planted {what}")
         print(f"[browser] self-test {'FAILED' if missed else 'passed'}: "
-              "a missing image and a page that scrolls sideways are caught")
+              "a missing image, a page that scrolls sideways and a script error "
+              "are caught")
         return 1 if missed else 0
     if not (args.site / "index.html").is_file():
         print(f"[browser] no built site at {args.site}: run ./ci/build first")

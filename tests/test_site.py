@@ -285,7 +285,7 @@ def test_link_checker_reports_a_missing_image_and_anchor(tmp_path):
     assert len(problems) == 2, problems
 
 
-def test_browser_test_fails_on_a_missing_image_and_a_wide_page(tmp_path):
+def test_browser_test_fails_on_a_missing_image_a_wide_page_and_an_error(tmp_path):
     chromium = browser_test.find_chromium()
     if not chromium:
         pytest.skip("no Chromium installed (ci/browser installs Debian's chromium)")
@@ -296,8 +296,10 @@ def test_browser_test_fails_on_a_missing_image_and_a_wide_page(tmp_path):
     assert any(p.startswith("index.html: image not loaded: figure.png")
                for p in problems), problems
     assert any(p.startswith("wide.html: scrolls sideways by") for p in problems)
+    assert any(p.startswith("script.html: page error:") for p in problems)
     assert not any(p.startswith("wide.html: image") for p in problems)
-    assert sorted(os.listdir(tmp_path / "shots")) == ["index.jpg", "wide.jpg"]
+    assert sorted(os.listdir(tmp_path / "shots")) == ["index.jpg", "script.jpg",
+                                                      "wide.jpg"]
     assert browser_test.self_test(chromium) == []
 
 
