@@ -10,9 +10,9 @@ Two checks, both offline:
   site is served on 127.0.0.1 only, and each page is opened at 1400 px.  It must log
   no console error, every request for a local asset must succeed, every <img> must be
   loaded (naturalWidth > 0), a notebook page must carry the Binder, Colab and Thebe
-  launch buttons, and the page must neither scroll sideways nor show two search
-  fields.  The search page must find "sharding".  A screenshot of each page goes to
-  _build/screenshots/.
+  launch buttons, and the page must show one search field and must not scroll
+  sideways, at 1400 px nor at 400 px (a phone).  The search page must find
+  "sharding".  A screenshot of each page at 1400 px goes to _build/screenshots/.
 
 Requests to other hosts (MathJax, Thebe from a CDN) are blocked, as CI has no network;
 they are not counted as errors.  Exit status 1 if anything fails.
@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH, HEIGHT = 1400, 900
+NARROW = 400  # a phone: the page is also measured at this width, for sideways scroll
 SEARCH_WORD = "sharding"
 CHROMIUM_CANDIDATES = [
     "/usr/bin/chromium", "/usr/bin/chromium-browser",
@@ -164,6 +165,10 @@ _PAGE_JS = """() => {
 }"""
 
 
+_OVERFLOW_JS = """() => document.documentElement.scrollWidth
+  - document.documentElement.clientWidth"""
+
+
 def check_pages(site: Path, shots: Path | None, chromium: str,
                 search_word: str | None = SEARCH_WORD) -> list[str]:
     """Open every page in Chromium; returns the problems (empty when all is well)."""
@@ -243,6 +248,12 @@ def check_pages(site: Path, shots: Path | None, chromium: str,
                 name = rel.replace("/", "__").removesuffix(".html") + ".jpg"
                 page.screenshot(path=str(shots / name), full_page=True,
                                 type="jpeg", quality=75)
+            page.set_viewport_size({"width": NARROW, "height": HEIGHT})
+            page.wait_for_timeout(50)
+            px = page.evaluate(_OVERFLOW_JS)
+            if px > 1:
+                events.append(f"scrolls sideways by {px} px at {NARROW} px")
+            page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
             problems.extend(f"{rel}: {e}" for e in events)
             note = f", {len(found)} search results" if found else ""
             status = "ok" if not events else f"{len(events)} problem(s)"
@@ -255,11 +266,14 @@ def check_pages(site: Path, shots: Path | None, chromium: str,
 
 
 PLANTED = {
-    # A page whose figure is missing, a page wider than the window, and a page
-    # that declares a constant twice (as the doubled Thebe script did).
+    # A page whose figure is missing, a page wider than the window, one wider than
+    # a phone, and a page that declares a constant twice (as the doubled Thebe
+    # script did).
     "index.html": '<html><body><p>Planted bugs.</p><img src="figure.png" alt="gone">'
                   '<a href="wide.html">wide</a></body></html>',
     "wide.html": '<html><body><div style="width: 3000px">too wide</div></body></html>',
+    "phone.html": '<html><body><div style="width: 800px">wide on a phone</div>'
+                  '</body></html>',
     "script.html": '<html><head><script>const URL_ = 1;</script>'
                    '<script>const URL_ = 1;</script></head><body>x</body></html>',
 }
@@ -284,6 +298,7 @@ def self_test(chromium: str) -> list[str]:
         "missing image (link checker)": "index.html:1: <img> figure.png: no such file",
         "missing image (browser)": "index.html: image not loaded: figure.png",
         "page overflow (browser)": "wide.html: scrolls sideways by",
+        "page overflow on a phone (browser)": "phone.html: scrolls sideways by",
         "script error (browser)": "script.html: page error:",
     }
     return [what for what, text in wanted.items()

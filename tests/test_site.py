@@ -80,6 +80,7 @@ def test_config_launch_settings_follow_the_repository_url():
     assert theme["navbar_persistent"] == []
     assert "site_fixes" in final["extensions"]
     assert final["html_context"]["default_mode"] == "light"
+    assert "book.css" in final["html_css_files"]  # long inline code wraps on phones
 
 
 def _is_ours(url: str) -> bool:
@@ -297,9 +298,11 @@ def test_browser_test_fails_on_a_missing_image_a_wide_page_and_an_error(tmp_path
                for p in problems), problems
     assert any(p.startswith("wide.html: scrolls sideways by") for p in problems)
     assert any(p.startswith("script.html: page error:") for p in problems)
+    phone = [p for p in problems if p.startswith("phone.html")]
+    assert len(phone) == 1 and phone[0].endswith("px at 400 px"), phone
     assert not any(p.startswith("wide.html: image") for p in problems)
-    assert sorted(os.listdir(tmp_path / "shots")) == ["index.jpg", "script.jpg",
-                                                      "wide.jpg"]
+    assert sorted(os.listdir(tmp_path / "shots")) == [
+        "index.jpg", "phone.jpg", "script.jpg", "wide.jpg"]
     assert browser_test.self_test(chromium) == []
 
 
