@@ -11,8 +11,10 @@ Two checks, both offline:
   no console error, every request for a local asset must succeed, every <img> must be
   loaded (naturalWidth > 0), a notebook page must carry the Binder, Colab and Thebe
   launch buttons, and the page must show one search field and must not scroll
-  sideways, at 1400 px nor at 400 px (a phone).  The search page must find
-  "sharding".  A screenshot of each page at 1400 px goes to _build/screenshots/.
+  sideways, at 1400 px nor at 400 px (a phone).  At 1400 px a code cell must show
+  88 characters across and an output 100 (the limits of ci/check_notebooks.py).
+  The search page must find "sharding".  A screenshot of each page at 1400 px goes
+  to _build/screenshots/.
 
 Requests to other hosts (MathJax, Thebe from a CDN) are blocked, as CI has no network;
 they are not counted as errors.  Exit status 1 if anything fails.
@@ -35,6 +37,8 @@ from urllib.parse import unquote, urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH, HEIGHT = 1400, 900
 NARROW = 400  # a phone: the page is also measured at this width, for sideways scroll
+# The line limits of ci/check_notebooks.py: at WIDTH, lines this long must fit whole.
+COLUMNS = {"code": 88, "output": 100}
 SEARCH_WORD = "sharding"
 CHROMIUM_CANDIDATES = [
     "/usr/bin/chromium", "/usr/bin/chromium-browser",
@@ -165,6 +169,27 @@ _PAGE_JS = """() => {
 }"""
 
 
+# How many characters fit across a code cell and an output at this width.
+_COLUMNS_JS = """() => {
+  const cols = {};
+  for (const [kind, sel] of [["code", "div.cell_input pre"],
+                             ["output", "div.cell_output pre"]]) {
+    const pre = document.querySelector(sel);
+    if (!pre) continue;
+    const s = getComputedStyle(pre), probe = document.createElement("span");
+    probe.textContent = "x".repeat(100);
+    probe.style.font = s.font;
+    probe.style.whiteSpace = "pre";
+    probe.style.position = "absolute";
+    document.body.appendChild(probe);
+    const w = probe.getBoundingClientRect().width / 100;
+    probe.remove();
+    const inner = pre.clientWidth - parseFloat(s.paddingLeft)
+                  - parseFloat(s.paddingRight);
+    cols[kind] = Math.floor(inner / w);
+  }
+  return cols;
+}"""
 _OVERFLOW_JS = """() => document.documentElement.scrollWidth
   - document.documentElement.clientWidth"""
 
@@ -240,6 +265,11 @@ def check_pages(site: Path, shots: Path | None, chromium: str,
             events.extend(f"image not loaded: {src}" for src in info["broken"])
             if info["searchFields"] > 1:
                 events.append(f"{info['searchFields']} search fields shown, not one")
+            for kind, cols in page.evaluate(_COLUMNS_JS).items():
+                want = COLUMNS[kind]
+                if cols < want:
+                    events.append(f"a {kind} line of {want} characters does not fit "
+                                  f"(only {cols} do at {WIDTH} px)")
             if is_notebook_page(site, path):
                 for button in ("binder", "colab", "thebe"):
                     if not info[button]:
@@ -267,8 +297,8 @@ def check_pages(site: Path, shots: Path | None, chromium: str,
 
 PLANTED = {
     # A page whose figure is missing, a page wider than the window, one wider than
-    # a phone, and a page that declares a constant twice (as the doubled Thebe
-    # script did).
+    # a phone, a page that declares a constant twice (as the doubled Thebe script
+    # did), and a code cell too narrow for an 88-column line.
     "index.html": '<html><body><p>Planted bugs.</p><img src="figure.png" alt="gone">'
                   '<a href="wide.html">wide</a></body></html>',
     "wide.html": '<html><body><div style="width: 3000px">too wide</div></body></html>',
@@ -276,6 +306,8 @@ PLANTED = {
                   '</body></html>',
     "script.html": '<html><head><script>const URL_ = 1;</script>'
                    '<script>const URL_ = 1;</script></head><body>x</body></html>',
+    "narrow-code.html": '<html><body><div class="cell_input">'
+                        '<pre style="width: 400px">x = 1</pre></div></body></html>',
 }
 
 
@@ -300,6 +332,7 @@ def self_test(chromium: str) -> list[str]:
         "page overflow (browser)": "wide.html: scrolls sideways by",
         "page overflow on a phone (browser)": "phone.html: scrolls sideways by",
         "script error (browser)": "script.html: page error:",
+        "code column too narrow (browser)": "narrow-code.html: a code line of 88",
     }
     return [what for what, text in wanted.items()
             if not any(f.startswith(text) for f in found)]
@@ -322,8 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         for what in missed:
             print(f"  FAIL the checker missed a planted {what}")
         print(f"[browser] self-test {'FAILED' if missed else 'passed'}: "
-              "a missing image, a page that scrolls sideways and a script error "
-              "are caught")
+              f"{len(PLANTED)} pages with planted bugs")
         return 1 if missed else 0
     if not (args.site / "index.html").is_file():
         print(f"[browser] no built site at {args.site}: run ./ci/build first")

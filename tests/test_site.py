@@ -301,8 +301,10 @@ def test_browser_test_fails_on_a_missing_image_a_wide_page_and_an_error(tmp_path
     phone = [p for p in problems if p.startswith("phone.html")]
     assert len(phone) == 1 and phone[0].endswith("px at 400 px"), phone
     assert not any(p.startswith("wide.html: image") for p in problems)
+    assert any(p.startswith("narrow-code.html: a code line of 88 characters does "
+                            "not fit") for p in problems)
     assert sorted(os.listdir(tmp_path / "shots")) == [
-        "index.jpg", "phone.jpg", "script.jpg", "wide.jpg"]
+        "index.jpg", "narrow-code.jpg", "phone.jpg", "script.jpg", "wide.jpg"]
     assert browser_test.self_test(chromium) == []
 
 
