@@ -16,6 +16,7 @@
    extension makes ``nb_merge_streams`` merge only neighbouring stream outputs
    of the same name, so each title stays above its grid and each block is one.
 """
+import copy
 import re
 
 from sphinx.errors import ExtensionError
@@ -54,15 +55,20 @@ def _footer_links_from_root(context: dict) -> None:
 
 
 def merge_neighbouring_streams(outputs: list) -> list:
-    """Merge consecutive stream outputs of the same name; keep every other order."""
+    """Merge consecutive stream outputs of the same name; keep every other order.
+
+    Returns new stream outputs and leaves the notebook's own outputs unchanged.
+    """
     merged: list = []
     for out in outputs or []:
         prev = merged[-1] if merged else None
-        if (out["output_type"] == "stream" and prev is not None
-                and prev["output_type"] == "stream" and prev["name"] == out["name"]):
-            prev["text"] = prev["text"] + out["text"]
-        else:
+        if out["output_type"] != "stream":
             merged.append(out)
+        elif (prev is not None and prev["output_type"] == "stream"
+                and prev["name"] == out["name"]):
+            prev["text"] += out["text"]
+        else:
+            merged.append(copy.copy(out))
     for out in merged:
         if out["output_type"] == "stream":
             text, erased = out["text"], 1

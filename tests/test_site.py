@@ -204,9 +204,12 @@ def test_neighbouring_streams_merge_and_keep_their_order():
         {"output_type": "stream", "name": "stderr", "text": "warn\n"},
         {"output_type": "display_data", "data": {"text/html": "grid 2"}},
     ]
+    before = json.dumps(outs)
     merged = site_fixes.merge_neighbouring_streams(outs)
     assert [o.get("text", o.get("data", {}).get("text/html")) for o in merged] == [
         "title 1\n", "grid 1", "title 2\nmore 2\n", "warn\n", "grid 2"]
+    assert json.dumps(outs) == before, "the notebook's outputs must not change"
+    assert site_fixes.merge_neighbouring_streams(outs) == merged
 
 
 # ------------------------------------------------------------ record page
