@@ -21,8 +21,10 @@ Two parts:
 
 Run one worker by hand, e.g. in two terminals::
 
-    JAX_PLATFORMS=cpu python -m shardbook.multiprocess --process-id 0 --num-processes 2 --port 12355
-    JAX_PLATFORMS=cpu python -m shardbook.multiprocess --process-id 1 --num-processes 2 --port 12355
+    JAX_PLATFORMS=cpu python -m shardbook.multiprocess --process-id 0 \
+        --num-processes 2 --port 12355
+    JAX_PLATFORMS=cpu python -m shardbook.multiprocess --process-id 1 \
+        --num-processes 2 --port 12355
 
 This module imports neither JAX nor BrainPy at import time: the device count and
 ``jax.distributed.initialize`` must come before either starts the XLA backend.
@@ -39,13 +41,23 @@ import sys
 import tempfile
 import time
 
+from . import jax_private
+
 RESULT_PREFIX = "SHARDBOOK-RESULT "
 LOOPBACK = "127.0.0.1"
 
 # The model and task of the multi-process run: the chapter-3 RNN, small enough that
 # Gloo's TCP collectives between processes (at every time step, forward and backward)
 # stay fast on a laptop.  840 = lcm(1..8) hidden units divide by any device count.
-DEFAULTS = dict(num_in=8, hidden=840, num_out=8, batch=8, time=20, steps=3, lr=1e-3, seed=0)
+DEFAULTS = dict(num_in=8, hidden=840, num_out=8, batch=8, time=20, steps=3, lr=1e-3,
+                seed=0)
+# The spiking network of chapter 4 (shardbook.coba), 4,200 neurons at scale 1: 3,360 E
+# and 840 I, both divisible by any device count 1..8.  coba_steps=0 skips it; steps=0
+# skips the RNN.  coba_out_dir: where each process saves its gathered raster
+# (bit-packed .npy).  coba_shift_process: a process that uses seed + 1 (a planted
+# bug, for the tests).
+COBA_DEFAULTS = dict(coba_scale=1, coba_steps=0, coba_seed=0, coba_out_dir="",
+                     coba_shift_process=-1)
 
 
 # ---------------------------------------------------------------------------------
@@ -61,36 +73,18 @@ def start_runtime(process_id: int, num_processes: int, port: int, local_devices:
     import jax
 
     jax.config.update("jax_num_cpu_devices", local_devices)   # this process's devices
-    _gloo_on_loopback()                                        # CPU collectives: 127.0.0.1 too
     jax.distributed.initialize(
         coordinator_address=f"{LOOPBACK}:{port}",       # where process 0 listens
-        coordinator_bind_address=f"{LOOPBACK}:{port}",  # default is every interface ([::])
+        coordinator_bind_address=f"{LOOPBACK}:{port}",  # default: every interface
         num_processes=num_processes,
         process_id=process_id,
         initialization_timeout=timeout_s,
     )
+    # The CPU collectives between processes (Gloo over TCP) on 127.0.0.1 too: JAX 0.10.2
+    # has no public option for it (shardbook/jax_private.py).
+    jax_private.gloo_on_loopback(LOOPBACK)
     assert jax.local_device_count() == local_devices
     assert jax.device_count() == num_processes * local_devices
-
-
-def _gloo_on_loopback() -> None:
-    """Make the CPU collectives between processes (Gloo over TCP) use 127.0.0.1 as well.
-
-    By default Gloo listens on the address that this machine's host name resolves to,
-    which may be a public interface.  jaxlib's ``make_gloo_tcp_collectives`` takes a
-    ``hostname``, but JAX 0.10.2 has no option to pass it, so we register a CPU backend
-    factory that does (``make_cpu_client(collectives=...)``, ``jax/_src/xla_bridge.py``).
-    It takes effect when the backend starts, after ``jax.distributed.initialize``.
-    """
-    from jax._src import distributed, xla_bridge
-    from jax._src.lib import _jax
-
-    def cpu_client():
-        gloo = _jax.make_gloo_tcp_collectives(
-            distributed_client=distributed.global_state.client, hostname=LOOPBACK)
-        return xla_bridge.make_cpu_client(collectives=gloo)
-
-    xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
 
 
 def shard_report(x) -> dict:
@@ -100,7 +94,7 @@ def shard_report(x) -> dict:
     arr = as_jax(x)
     return dict(
         spec=str(arr.sharding.spec),
-        global_shards=len(arr.global_shards),            # every device, in every process
+        global_shards=len(arr.global_shards),            # every device, every process
         addressable_shards=len(arr.addressable_shards),  # only this process's devices
         is_fully_addressable=arr.is_fully_addressable,
         is_fully_replicated=arr.is_fully_replicated,
@@ -116,12 +110,30 @@ def _columns(index, shape) -> str:
 
 def worker(process_id: int, num_processes: int, port: int, local_devices: int,
            **task) -> dict:
-    """Train the chapter-3 RNN on a mesh that spans all processes; report from here."""
-    cfg = {**DEFAULTS, **task}
+    """Join the runtime, run the RNN and/or COBA-HH parts; report from this process."""
+    cfg = {**DEFAULTS, **COBA_DEFAULTS, **task}
 
     # 1. Join the runtime FIRST: importing brainpy would start the XLA backend.
     start_runtime(process_id, num_processes, port, local_devices)
 
+    import jax
+
+    report = dict(
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        local_devices=[d.id for d in jax.local_devices()],
+        global_devices=[d.id for d in jax.devices()],
+    )
+    if cfg["steps"]:
+        report.update(rnn_part(cfg, num_processes, local_devices))
+    if cfg["coba_steps"]:
+        report.update(coba_part(cfg))
+    jax.distributed.shutdown()   # a barrier: nobody leaves while others still need it
+    return report
+
+
+def rnn_part(cfg: dict, num_processes: int, local_devices: int) -> dict:
+    """Train the chapter-3 RNN on a mesh that spans all processes."""
     import jax
     import numpy as np
     import brainpy.math as bm
@@ -133,10 +145,12 @@ def worker(process_id: int, num_processes: int, port: int, local_devices: int,
     # 2. The same code as on one machine.  jax.devices() now lists the devices of
     #    every process, so this 1-D 'hidden' mesh splits the hidden axis 8 ways.
     with bm.sharding.device_mesh(np.array(jax.devices()), ["hidden"]):
-        model = RNN(cfg["num_in"], cfg["hidden"], cfg["num_out"], cfg["batch"], seed=cfg["seed"])
+        model = RNN(cfg["num_in"], cfg["hidden"], cfg["num_out"], cfg["batch"],
+                    seed=cfg["seed"])
     step = make_train_step(model, cfg["lr"])
     # Every process builds the same inputs (same seed): they are replicated.
-    xs, ys = make_task(cfg["batch"], cfg["time"], cfg["num_in"], cfg["num_out"], seed=cfg["seed"])
+    xs, ys = make_task(cfg["batch"], cfg["time"], cfg["num_in"], cfg["num_out"],
+                       seed=cfg["seed"])
     # The loss is a replicated scalar: every process holds all of it, so float() works.
     losses = [float(step(xs, ys)) for _ in range(cfg["steps"])]
 
@@ -155,7 +169,8 @@ def worker(process_id: int, num_processes: int, port: int, local_devices: int,
     #    'hidden' splits 4 ways inside each process and 'host' replicates.
     local = np.array(jax.devices()).reshape(num_processes, local_devices)
     with bm.sharding.device_mesh(local, ["host", "hidden"]):
-        model_2d = RNN(cfg["num_in"], cfg["hidden"], cfg["num_out"], cfg["batch"], seed=cfg["seed"])
+        model_2d = RNN(cfg["num_in"], cfg["hidden"], cfg["num_out"], cfg["batch"],
+                       seed=cfg["seed"])
     wrec_2d = model_2d.wrec.value
     try:
         np.asarray(wrec_2d)  # works: this process holds every column (a full replica)
@@ -163,11 +178,7 @@ def worker(process_id: int, num_processes: int, port: int, local_devices: int,
     except RuntimeError as e:
         fetch_error_2d = f"{type(e).__name__}: {e}"
 
-    report = dict(
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-        local_devices=[d.id for d in jax.local_devices()],
-        global_devices=[d.id for d in jax.devices()],
+    return dict(
         losses=losses,
         wrec=shard_report(wrec),
         fetch_error=fetch_error,
@@ -178,7 +189,57 @@ def worker(process_id: int, num_processes: int, port: int, local_devices: int,
         fetch_error_2d=fetch_error_2d,
         mesh_2d=dict(wrec_2d.sharding.mesh.shape),
     )
-    jax.distributed.shutdown()   # a barrier: no process leaves while others still need it
+
+
+def coba_part(cfg: dict) -> dict:
+    """Run chapter 4's COBA-HH network on a 'neuron' mesh over every process's devices.
+
+    Three ways for a process to read the results, from cheap to expensive:
+    the population spike count per step (reduced inside the program: replicated),
+    this process's own neurons (``addressable_shards``: no communication), and the
+    whole ``[T, N]`` raster (``process_allgather``: every process receives all of it).
+    """
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    from . import coba
+
+    seed = cfg["coba_seed"]
+    if jax.process_index() == cfg["coba_shift_process"]:
+        seed += 1          # a planted bug for the tests: this process draws others
+    net = coba.build(jax.devices(), scale=cfg["coba_scale"], seed=seed)
+    sim = coba.Simulation(net, record=("spike", "rate"))
+    out = sim.run(cfg["coba_steps"])
+
+    report = {}
+    for pop in ("E", "I"):
+        raster, rate = out[f"{pop}.spike"], out[f"{pop}.rate"]
+        # (a) the spike count per step: summed over all devices inside the program, so
+        #     every device holds the whole [T] vector, and np.asarray works everywhere.
+        counts = np.asarray(rate)
+        # (b) this process's neurons: the shards it holds, no communication.
+        mine = sorted(raster.addressable_shards, key=lambda s: s.index[1].start or 0)
+        local = np.concatenate([np.asarray(s.data) for s in mine], axis=1)
+        first = mine[0].index[1].start or 0
+        # (c) the whole raster in every process: a collective over the network.
+        whole = multihost_utils.process_allgather(raster, tiled=True)
+        report[f"coba_{pop}"] = dict(
+            shape=list(raster.shape),
+            spec=str(raster.sharding.spec),
+            is_fully_addressable=raster.is_fully_addressable,
+            rate_fully_replicated=rate.is_fully_replicated,
+            count_per_step_bytes=int(counts.nbytes),
+            local_columns=[int(first), int(first + local.shape[1])],
+            local_bytes=int(local.nbytes),
+            local_spikes=int(local.sum()),
+            gathered_bytes=int(whole.nbytes),
+            total_spikes=int(counts.sum()),
+        )
+        if cfg["coba_out_dir"]:
+            name = f"p{jax.process_index()}_{pop}.npy"
+            path = os.path.join(cfg["coba_out_dir"], name)
+            np.save(path, np.packbits(np.asarray(whole, dtype=bool), axis=-1))
     return report
 
 

@@ -196,3 +196,176 @@ def test_train_rnn_under_fake_slurm(tmp_path):
     xs, ys = make_task(4, 5, 8, 8, seed=0)
     ref = [float(step(xs, ys)) for _ in range(2)]
     np.testing.assert_allclose(losses, ref, rtol=1e-5)  # printed with 6 decimals
+
+
+# -- a real MPI launch: 2 MPICH ranks on this machine, loopback only ----------------------
+MPI_LOOPBACK = RECIPES / "mpirun_cpu_loopback.sh"
+RUN_COBA = RECIPES / "run_coba.py"
+
+
+def test_new_recipes_parse(tmp_path):
+    r = subprocess.run(["bash", "-n", str(MPI_LOOPBACK)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    py_compile.compile(str(RUN_COBA), cfile=str(tmp_path / "run_coba.pyc"), doraise=True)
+    for path in (MPI_LOOPBACK, RUN_COBA):
+        assert os.access(path, os.X_OK), f"{path.name} should be executable"
+    # root is allowed only where the comment explains it, never in a cluster recipe
+    for path in (SBATCH, MPIRUN):
+        assert "allow-run-as-root" not in path.read_text()
+        assert "ALLOW_RUN_AS_ROOT" not in path.read_text()
+
+
+def test_run_coba_initialize_kwargs():
+    kw = _load(RUN_COBA).initialize_kwargs
+    assert kw(dict(SLURM_JOB_ID="1", SLURM_NTASKS="2")) == {}
+    assert kw(dict(OMPI_MCA_orte_hnp_uri="1.0;tcp://10.0.0.1:1", OMPI_COMM_WORLD_SIZE="2",
+                   OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_LOCAL_RANK="1")) == {}
+    ompi5 = dict(OMPI_COMM_WORLD_SIZE="8", OMPI_COMM_WORLD_RANK="5",
+                 OMPI_COMM_WORLD_LOCAL_RANK="1", JAX_COORDINATOR_ADDRESS="n1:1234")
+    assert kw(ompi5) == dict(coordinator_address="n1:1234", num_processes=8, process_id=5,
+                             local_device_ids=[1])
+    mpich = dict(PMI_SIZE="2", PMI_RANK="1", JAX_COORDINATOR_ADDRESS="127.0.0.1:9",
+                 JAX_COORDINATOR_BIND_ADDRESS="127.0.0.1:9")
+    assert kw(mpich) == dict(coordinator_address="127.0.0.1:9", num_processes=2,
+                             process_id=1, coordinator_bind_address="127.0.0.1:9")
+
+
+def _load(path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem + "_recipe", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _address(hex_address: str) -> str:
+    """An address of /proc/net/tcp{,6} ('0100007F:1F90') as text ('127.0.0.1')."""
+    import socket
+
+    host = hex_address.split(":")[0]
+    raw = b"".join(bytes.fromhex(host[i:i + 8])[::-1] for i in range(0, len(host), 8))
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def _listeners(session: int) -> set:
+    """(pid, address, port) of every listening TCP socket of the processes of `session`."""
+    owner = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) != session:           # the session id
+                continue
+            for fd in os.listdir(f"/proc/{d}/fd"):
+                link = os.readlink(f"/proc/{d}/fd/{fd}")
+                if link.startswith("socket:["):
+                    owner[link[8:-1]] = int(d)
+        except OSError:
+            continue
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                parts = line.split()
+                if parts[3] == "0A" and parts[9] in owner:   # 0A: LISTEN
+                    found.add((owner[parts[9]], _address(parts[1]),
+                               int(parts[1].split(":")[1], 16)))
+    return found
+
+
+def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
+    """mpiexec.gforker (MPICH, PyPI) runs COBA-HH in 2 ranks x 2 CPU devices.
+
+    While it runs, every listening socket of every process of the launch is on
+    loopback (and the JAX coordinator is among them, so the check is not vacuous);
+    the spike rasters that the ranks write equal this process's run bit for bit.
+    """
+    import time
+
+    from shardbook import verify
+    from shardbook.multiprocess import child_env, free_port
+
+    port = free_port()
+    env = child_env(dict(BOOK_COORDINATOR_PORT=str(port), DEVICES_PER_RANK="2"))
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    steps, scale = 60, 0.5
+    log = tmp_path / "log.txt"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["bash", str(MPI_LOOPBACK), "--scale", str(scale),
+                                 "--steps", str(steps), "--raster-dir", str(tmp_path)],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        seen, deadline = set(), time.monotonic() + 150
+        try:
+            while proc.poll() is None:
+                seen |= _listeners(proc.pid)
+                assert time.monotonic() < deadline, "the MPI run took over 150 s"
+                time.sleep(0.05)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    assert "2 processes, 4 devices (2 per process, cpu)" in text
+    assert any(p == port for _, _, p in seen), f"the coordinator was never seen: {seen}"
+    outside = [s for s in seen if not _is_loopback(s[1])]
+    assert not outside, f"listening beyond loopback: {outside}"
+
+    # the same network in this process, on its 4 devices
+    import jax
+    import numpy as np
+    from shardbook import coba
+
+    net = coba.build(jax.devices(), scale=scale, seed=0)
+    ref = coba.Simulation(net, record=("spike",)).run(steps)
+    ranks, whole = {}, {}
+    for pop in ("E", "I"):
+        reference = np.asarray(ref[f"{pop}.spike"])
+        parts = [np.load(tmp_path / f"raster_p{p}_{pop}.npz") for p in (0, 1)]
+        parts.sort(key=lambda z: int(z["first"]))
+        ranks[pop] = np.concatenate([z["raster"] for z in parts], axis=1)
+        whole[pop] = reference
+        assert f"{pop}: {int(reference.sum())} spikes in {steps} steps" in text
+    assert all(x.any() for x in whole.values())
+    verify.identical("test.ch5a.mpirun.spikes", ranks, whole)
+
+
+def test_jax_mpi4py_detector_under_mpiexec(tmp_path):
+    """JAX's opt-in mpi4py detector works with MPICH, and names the host, not 127.0.0.1."""
+    script = tmp_path / "detect.py"
+    script.write_text(
+        "import json, socket\n"
+        "from shardbook import jax_private\n"
+        "addr, n, pid, local = jax_private.detect_cluster({}, method='mpi4py')\n"
+        "print('DETECTED ' + json.dumps(dict(addr=addr, n=n, pid=pid,"
+        " host=socket.gethostname())), flush=True)\n")
+    from shardbook.multiprocess import child_env
+
+    env = child_env(dict(FI_PROVIDER="shm"))
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    r = subprocess.run(["mpiexec.gforker", "-n", "2", sys.executable, str(script)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+
+    found = [json.loads(ln.split(" ", 1)[1]) for ln in r.stdout.splitlines()
+             if ln.startswith("DETECTED ")]
+    assert sorted(d["pid"] for d in found) == [0, 1]
+    assert all(d["n"] == 2 for d in found)
+    # the coordinator is rank 0's host name, on a port derived from its hash: on a
+    # cluster that is a real interface, so a one-machine run passes 127.0.0.1 itself
+    assert len({d["addr"] for d in found}) == 1
+    assert found[0]["addr"].startswith(found[0]["host"] + ":")
