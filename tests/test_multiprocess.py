@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from shardbook import multiprocess as mp
+from shardbook import verify
 
 TINY = dict(num_in=4, hidden=8, num_out=2, batch=4, time=5, steps=2)
 
@@ -30,8 +31,20 @@ def test_child_env(monkeypatch):
     assert "BOOK_NUM_DEVICES" not in env
 
 
-def test_two_processes_match_one_process():
-    reports = mp.launch(num_processes=2, devices_per_process=2, timeout_s=180, **TINY)
+COBA_TINY = dict(coba_steps=40, coba_scale=0.5)   # 1,680 E + 420 I: 2 x 2 devices
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """One launch, 2 processes x 2 devices: the tiny RNN, then the small COBA-HH network."""
+    out = tmp_path_factory.mktemp("rasters")
+    reports = mp.launch(num_processes=2, devices_per_process=2, timeout_s=240,
+                        coba_out_dir=str(out), **TINY, **COBA_TINY)
+    return reports, out
+
+
+def test_two_processes_match_one_process(both):
+    reports, _ = both
     assert [r["process_index"] for r in reports] == [0, 1]
     r0, r1 = reports
     # one global mesh of 4 devices, 2 of them in each process
@@ -61,7 +74,7 @@ def test_two_processes_match_one_process():
     step = make_train_step(model, c["lr"])
     xs, ys = make_task(c["batch"], c["time"], c["num_in"], c["num_out"], seed=c["seed"])
     ref = [float(step(xs, ys)) for _ in range(c["steps"])]
-    np.testing.assert_allclose(r0["losses"], ref, rtol=1e-5)
+    verify.close("test.ch5a.rnn.losses", r0["losses"], ref, rtol=1e-5, atol=0)
     for r in reports:  # process_allgather gave every process the whole W_out
         np.testing.assert_allclose(np.array(r["wout_gathered"]), np.asarray(model.wout.value), atol=1e-6)
 
@@ -98,3 +111,56 @@ def _alive(pid):
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+# -- the COBA-HH network across processes (chapter 5a) --------------------------------
+def _rasters(reports, out):
+    rasters = {}
+    for r in reports:
+        p = r["process_index"]
+        for pop in ("E", "I"):
+            n = r[f"coba_{pop}"]["shape"][1]
+            packed = np.load(out / f"p{p}_{pop}.npy")
+            rasters[f"{pop}{p}"] = np.unpackbits(packed, axis=-1, count=n).astype(bool)
+    return rasters
+
+
+def _coba_reference(devices, scale, steps):
+    from shardbook import coba
+
+    net = coba.build(devices, scale=scale, seed=0)
+    out = coba.Simulation(net, record=("spike",)).run(steps)
+    return {f"{pop}{p}": np.asarray(out[f"{pop}.spike"]) for pop in ("E", "I")
+            for p in (0, 1)}
+
+
+def test_coba_two_processes_bit_identical(both):
+    import jax
+
+    reports, out = both
+    reference = _coba_reference(jax.devices(), COBA_TINY["coba_scale"],
+                                COBA_TINY["coba_steps"])
+    assert all(x.any() for x in reference.values()), "a silent network proves nothing"
+    verify.identical("test.ch5a.coba.spikes", _rasters(reports, out), reference)
+    for pop in ("E", "I"):
+        parts = [r[f"coba_{pop}"] for r in reports]
+        assert all(q["rate_fully_replicated"] and not q["is_fully_addressable"]
+                   for q in parts)
+        assert sum(q["local_spikes"] for q in parts) == parts[0]["total_spikes"]
+        assert parts[0]["total_spikes"] == int(reference[f"{pop}0"].sum())
+        steps, n = parts[0]["shape"]
+        assert [q["local_bytes"] for q in parts] == [steps * n // 2] * 2
+        assert parts[0]["gathered_bytes"] == steps * n
+
+
+def test_coba_shifted_seed_on_one_process_is_caught(tmp_path):
+    """Process 1 draws its connectivity and initial state from seed + 1: not identical."""
+    import jax
+
+    task = dict(steps=0, coba_steps=30, coba_scale=0.25)   # 840 E + 210 I, 2 x 1 device
+    reports = mp.launch(num_processes=2, devices_per_process=1, timeout_s=180,
+                        coba_out_dir=str(tmp_path), coba_shift_process=1, **task)
+    reference = _coba_reference(jax.devices()[:2], 0.25, 30)
+    with pytest.raises(AssertionError, match="NOT bit-identical"):
+        verify.identical("test.ch5a.coba.spikes-shifted", _rasters(reports, tmp_path),
+                         reference)
