@@ -1,8 +1,9 @@
 #!/bin/bash
 # Train the book's model-parallel RNN on several GPU nodes with Open MPI's mpirun (chapter 5a).
 #
-#   recipes/mpirun_gpu.sh HOSTFILE [GPUS_PER_NODE] [train_rnn.py options...]
+#   recipes/mpirun_gpu.sh HOSTFILE [GPUS_PER_NODE] [entry point options...]
 #   recipes/mpirun_gpu.sh hosts.txt 4 --steps 200
+#   ENTRY=recipes/run_coba.py recipes/mpirun_gpu.sh hosts.txt 4 --scale 1000   # COBA-HH
 #
 # HOSTFILE lists one node per line (Open MPI format, e.g. "gpu017 slots=4").  Run it
 # from the repository root, on the first node of HOSTFILE, with the book's packages
@@ -18,7 +19,8 @@
 # Every process must see all the GPUs of its node: do not set CUDA_VISIBLE_DEVICES per rank.
 set -euo pipefail
 
-HOSTFILE="${1:?usage: recipes/mpirun_gpu.sh HOSTFILE [GPUS_PER_NODE] [train_rnn.py options...]}"
+HOSTFILE="${1:?usage: recipes/mpirun_gpu.sh HOSTFILE [GPUS_PER_NODE] [options...]}"
+ENTRY="${ENTRY:-recipes/train_rnn.py}"   # or recipes/run_coba.py: chapter 4's network
 GPUS_PER_NODE="${2:-4}"
 shift $(( $# >= 2 ? 2 : 1 ))
 
@@ -32,4 +34,4 @@ echo "mpirun: $NODES nodes x $GPUS_PER_NODE GPUs, coordinator $JAX_COORDINATOR_A
 mpirun -np $(( NODES * GPUS_PER_NODE )) --hostfile "$HOSTFILE" \
     --map-by "ppr:${GPUS_PER_NODE}:node" --bind-to none \
     -x JAX_COORDINATOR_ADDRESS -x XLA_PYTHON_CLIENT_PREALLOCATE -x PATH -x LD_LIBRARY_PATH \
-    python recipes/train_rnn.py --hidden $(( 840 * 8 )) "$@"
+    python "$ENTRY" "$@"

@@ -3,8 +3,8 @@
 
 Start ONE copy of this script per GPU (or per CPU process), with a launcher:
 
-    sbatch recipes/slurm_gpu.sbatch                  # SLURM: srun starts the copies
-    recipes/mpirun_gpu.sh hosts.txt 4 recipes/run_coba.py --scale 100
+    sbatch --export=ALL,MODEL=coba recipes/slurm_gpu.sbatch   # SLURM: srun starts them
+    ENTRY=recipes/run_coba.py recipes/mpirun_gpu.sh hosts.txt 4 --scale 1000
     recipes/mpirun_cpu_loopback.sh                   # CI: 2 MPICH ranks on 127.0.0.1
 
 Every copy runs the same program ("multi-controller" JAX) on a 1-D 'neuron' mesh over

@@ -91,7 +91,9 @@ def test_sbatch_directives():
 
 def test_sbatch_launches_train_rnn_with_srun():
     text = SBATCH.read_text()
-    assert re.search(r"^srun\b.*recipes/train_rnn\.py", text, re.M), "launch the entry point with srun"
+    for entry in ("train_rnn", "run_coba"):
+        assert re.search(rf"^\s*srun\b.*recipes/{entry}\.py", text, re.M), \
+            f"launch {entry}.py with srun"
     assert not re.search(r"^[^#]*CUDA_VISIBLE_DEVICES=", text, re.M), "every task must see all GPUs"
 
 
@@ -286,7 +288,7 @@ def _listeners(session: int) -> set:
 
 
 def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
-    """mpiexec.gforker (MPICH, PyPI) runs COBA-HH in 2 ranks x 2 CPU devices.
+    """mpiexec.gforker (MPICH, PyPI) runs COBA-HH in 2 ranks x 1 CPU device.
 
     While it runs, every listening socket of every process of the launch is on
     loopback (and the JAX coordinator is among them, so the check is not vacuous);
@@ -298,9 +300,9 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     from shardbook.multiprocess import child_env, free_port
 
     port = free_port()
-    env = child_env(dict(BOOK_COORDINATOR_PORT=str(port), DEVICES_PER_RANK="2"))
+    env = child_env(dict(BOOK_COORDINATOR_PORT=str(port), DEVICES_PER_RANK="1"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    steps, scale = 60, 0.5
+    steps, scale = 40, 0.25                       # 840 E + 210 I neurons
     log = tmp_path / "log.txt"
     with open(log, "w") as out:
         proc = subprocess.Popen(["bash", str(MPI_LOOPBACK), "--scale", str(scale),
@@ -319,17 +321,17 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
                 proc.wait()
     text = log.read_text()
     assert proc.returncode == 0, text[-3000:]
-    assert "2 processes, 4 devices (2 per process, cpu)" in text
+    assert "2 processes, 2 devices (1 per process, cpu)" in text
     assert any(p == port for _, _, p in seen), f"the coordinator was never seen: {seen}"
     outside = [s for s in seen if not _is_loopback(s[1])]
     assert not outside, f"listening beyond loopback: {outside}"
 
-    # the same network in this process, on its 4 devices
+    # the same network in this process, on 2 of its devices
     import jax
     import numpy as np
     from shardbook import coba
 
-    net = coba.build(jax.devices(), scale=scale, seed=0)
+    net = coba.build(jax.devices()[:2], scale=scale, seed=0)
     ref = coba.Simulation(net, record=("spike",)).run(steps)
     ranks, whole = {}, {}
     for pop in ("E", "I"):
