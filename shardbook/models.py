@@ -257,6 +257,10 @@ def rnn_bytes(num_in: int, num_hid: int, num_out: int, batch: int, time: int,
     * adam: two moments per weight, the same layout as the weights;
     * state: ``batch * hid / (batch_shards * hidden_shards)``;
     * data: ``xs`` and ``ys`` split by batch only.
+
+    These are the arrays that live between steps.  For what one training step holds
+    (gradients, activations, old and new copies, donation) use
+    :func:`shardbook.train_memory.predict`, the book's one memory model.
     """
     h, b = hidden_shards, batch_shards
     weights = (num_in + num_hid + num_out) * num_hid * itemsize / h

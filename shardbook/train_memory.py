@@ -112,9 +112,9 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
     aliased = (3 * P + COUNTER) if donate else 0
     # temporaries (XLA:CPU, measured): the activations; when donated, two more
     # gradient-sized buffers (three under data parallelism: the all-reduced gradients);
-    # under FSDP the gathered full weights.  10% slack plus 64 KiB for small buffers.
+    # under FSDP the gathered weights and whole gradients (XLA:CPU: about 4 W).  10% slack plus 64 KiB for small buffers.
     extra = (2 + (batch_shards > 1)) * P if donate else 0.0
-    gathered = 0.0 if param_shards == 1 else 2 * P * param_shards
+    gathered = 0.0 if param_shards == 1 else 4 * P * param_shards
     temporaries = 1.1 * (activations + extra + gathered) + 65536
     return TrainBytes(weights=P, grads=P, adam=2 * P, activations=activations, data=data,
                       state=state, arguments=arguments, outputs=outputs, aliased=aliased,
