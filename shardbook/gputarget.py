@@ -44,8 +44,8 @@ from pathlib import Path
 
 __all__ = [
     "PINS", "TARGETS", "GpuTargetError", "target_dir", "wheels_installed", "install",
-    "spec_text", "Target", "read_collectives", "loop_summary", "report", "compile_jobs",
-    "compile_for", "compile_here", "ops_per_step", "start_jobs", "Pending",
+    "spec_text", "device_info", "Target", "read_collectives", "loop_summary", "report", "compile_jobs",
+    "compile_for", "compile_here", "ops_per_step", "start_jobs", "Pending", "traffic", "table",
 ]
 
 # The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; a test checks it).
@@ -111,6 +111,13 @@ def install(path=None, verbose: bool = True) -> float:
 def spec_text(target: str) -> str:
     """XLA's device spec of ``target`` ('h200' or 'h100_sxm'), licence header included."""
     return (SPEC_DIR / TARGETS[_name(target)][0]).read_text()
+
+
+def device_info(target: str) -> dict:
+    """The integer fields of a target's ``gpu_device_info`` (``core_count``,
+    ``device_memory_size``, ...), read from its spec."""
+    body = spec_text(target).split("gpu_device_info {", 1)[1]
+    return {k: int(v) for k, v in re.findall(r"^\s*(\w+):\s*(\d+)\s*$", body, flags=re.M)}
 
 
 def _name(target: str) -> str:
@@ -378,6 +385,34 @@ def loop_summary(collectives: list[dict]) -> list[dict]:
         by_key.setdefault((where, c["op"], c["async"], " ".join(c["shapes"])), c["nbytes"])
     return [{"where": w, "op": op, "async": a, "shapes": s, "count": k, "bytes": k * by_key[(w, op, a, s)]}
             for (w, op, a, s), k in sorted(rows.items())]
+
+
+def traffic(rep: dict, trips: int) -> tuple[int, int]:
+    """(collective instructions launched, result bytes moved) per call, on one device, when
+    every loop of the program runs ``trips`` iterations (a loop's collectives count ``trips``
+    times, the others once)."""
+    n = sum(trips if c["loop"] is not None else 1 for c in rep["collectives"])
+    b = sum(c["nbytes"] * (trips if c["loop"] is not None else 1) for c in rep["collectives"])
+    return n, b
+
+
+def table(rep: dict, title: str = "") -> str:
+    """The collectives of a report, one row per kind and place (at most 100 characters wide)."""
+    rows = loop_summary(rep["collectives"])
+    lines = [title] if title else []
+    if not rows:
+        return "\n".join(lines + ["  (no collectives)"])
+    lines.append(f"  {'where':<14}{'collective':<20}{'mode':<7}{'result per device':<30}"
+                 f"{'n':>3}{'bytes':>13}")
+    for r in rows:
+        shapes = r["shapes"].split()
+        shown = " ".join(shapes) if len(shapes) <= 2 else f"{len(shapes)} arrays"
+        if len(shown) > 29:
+            shown = f"{len(shapes)} arrays"
+        mode = "async" if r["async"] else "sync"
+        lines.append(f"  {r['where'].replace('(backward)', 'bwd'):<14}{r['op']:<20}{mode:<7}"
+                     f"{shown:<30}{r['count']:>3}{r['bytes']:>13,}")
+    return "\n".join(lines)
 
 
 def ops_per_step(rep: dict, where: str | None = None) -> Counter:
