@@ -258,21 +258,30 @@ def _is_loopback(address: str) -> bool:
     return ip.is_loopback or bool(mapped and mapped.is_loopback)
 
 
-def _listeners(session: int) -> set:
-    """(pid, address, port) of every listening TCP socket of the processes of `session`."""
-    owner = {}
+def _session_pids(session: int) -> list[int]:
+    """The processes of a session (a launcher started with start_new_session=True)."""
+    pids = []
     for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[3]) != session:           # the session id
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
                 continue
-            for fd in os.listdir(f"/proc/{d}/fd"):
-                link = os.readlink(f"/proc/{d}/fd/{fd}")
+            if int(fields[3]) == session:            # the session id
+                pids.append(int(d))
+    return pids
+
+
+def _listeners_of(pids) -> set:
+    """(pid, address, port) of every listening TCP socket of the processes `pids`."""
+    owner = {}
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
                 if link.startswith("socket:["):
-                    owner[link[8:-1]] = int(d)
+                    owner[link[8:-1]] = pid
         except OSError:
             continue
     found = set()
@@ -285,6 +294,10 @@ def _listeners(session: int) -> set:
                     found.add((owner[parts[9]], _address(parts[1]),
                                int(parts[1].split(":")[1], 16)))
     return found
+
+
+def _listeners(session: int) -> set:
+    return _listeners_of(_session_pids(session))
 
 
 def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):

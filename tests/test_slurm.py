@@ -1,0 +1,99 @@
+"""The SLURM recipe's entry point under a real, one-node Slurm (Debian's slurm-wlm).
+
+``recipes/slurm_local_cluster.sh`` starts slurmctld and slurmd on this machine (root
+only); ``srun -n 2`` then starts ``recipes/run_coba.py`` twice, and JAX's own SLURM
+detection (no arguments to ``jax.distributed.initialize``) joins the two processes.
+The spike rasters must equal this process's run bit for bit, and the JAX processes
+must listen on loopback only.  Skipped, with the reason, where Slurm is not installed
+or this is not root (``apt-get install slurmctld slurmd slurm-client munge``).
+"""
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_recipes import _is_loopback, _listeners_of
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = ROOT / "recipes" / "slurm_local_cluster.sh"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("slurmctld") is None or shutil.which("srun") is None or os.geteuid() != 0,
+    reason="needs root and Debian's slurm-wlm (apt-get install slurmctld slurmd "
+           "slurm-client munge)")
+
+
+def _rank_pids(marker: str) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                argv = Path(f"/proc/{d}/cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if (Path(argv[0]).name != "srun" and any(a.endswith("run_coba.py") for a in argv)
+                    and marker in argv):
+                pids.append(int(d))
+    return pids
+
+
+def test_srun_two_tasks_coba_equals_one_process(tmp_path):
+    from shardbook import verify
+    from shardbook.multiprocess import child_env, free_port
+
+    state = tmp_path / "slurm"
+    up = subprocess.run(["bash", str(CLUSTER), "start", str(state)], capture_output=True,
+                        text=True, timeout=120)
+    if up.returncode:
+        pytest.skip(f"a one-node Slurm did not start here: {up.stderr.strip()[-300:]}")
+    try:
+        port = free_port()
+        out = tmp_path / "rasters"
+        out.mkdir()
+        env = child_env(dict(SLURM_CONF=str(state / "slurm.conf"), JAX_NUM_CPU_DEVICES="1",
+                             BOOK_GLOO_LOOPBACK="1", JAX_COORDINATOR_PORT=str(port),
+                             JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}"))
+        steps, scale = 40, 0.25
+        log = tmp_path / "srun.txt"
+        with open(log, "w") as f:
+            proc = subprocess.Popen(
+                ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable,
+                 str(ROOT / "recipes" / "run_coba.py"), "--scale", str(scale), "--steps",
+                 str(steps), "--raster-dir", str(out)],
+                cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            seen, deadline = set(), time.monotonic() + 200
+            try:
+                while proc.poll() is None:
+                    seen |= _listeners_of(_rank_pids(str(out)))
+                    assert time.monotonic() < deadline, "the srun step took over 200 s"
+                    time.sleep(0.05)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, 9)
+                    proc.wait()
+        text = log.read_text()
+        assert proc.returncode == 0, text[-3000:]
+        assert "2 processes, 2 devices (1 per process, cpu)" in text
+        assert any(p == port for _, _, p in seen), f"no coordinator seen: {seen}"
+        assert not [s for s in seen if not _is_loopback(s[1])], seen
+    finally:
+        subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=60)
+
+    import jax
+    from shardbook import coba
+
+    net = coba.build(jax.devices()[:2], scale=scale, seed=0)
+    ref = coba.Simulation(net, record=("spike",)).run(steps)
+    ranks, whole = {}, {}
+    for pop in ("E", "I"):
+        parts = sorted((np.load(out / f"raster_p{p}_{pop}.npz") for p in (0, 1)),
+                       key=lambda z: int(z["first"]))
+        ranks[pop] = np.concatenate([z["raster"] for z in parts], axis=1)
+        whole[pop] = np.asarray(ref[f"{pop}.spike"])
+    assert all(x.any() for x in whole.values())
+    verify.identical("test.ch5a.srun.spikes", ranks, whole)
