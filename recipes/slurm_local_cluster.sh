@@ -18,7 +18,7 @@ cmd="${1:?usage: slurm_local_cluster.sh start|stop DIR}"
 dir="$(realpath -m "${2:?usage: slurm_local_cluster.sh start|stop DIR}")"
 
 stop() {
-  for f in "$dir"/slurmd.pid "$dir"/slurmctld.pid; do
+  for f in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
     [[ -f "$f" ]] && kill "$(cat "$f")" 2>/dev/null || true
   done
 }
@@ -56,6 +56,7 @@ export SLURM_CONF="$dir/slurm.conf"
 if ! pgrep -x munged > /dev/null; then
   mkdir -p /run/munge && chown munge:munge /run/munge
   runuser -u munge -- /usr/sbin/munged
+  pgrep -nx munged > "$dir/munged.pid"       # started here: stopped here too
 fi
 slurmctld -i
 slurmd
