@@ -2,6 +2,11 @@
 """Scale sweep of the COBA-HH network of chapter 4: writes the data file the chapter plots.
 
     python ci/coba_sweep.py --scales 1 10 100 1000 10000 30000 60000 --out book/data/coba_scaling.json --time-budget 60
+    python ci/coba_sweep.py --regimes --seeds 4 --sim-ms 2100 --out book/data/coba_regimes.json
+
+The second form measures the activity regime (rate, CV of ISIs, Fano factor of the population
+count) of the benchmark as published and of the book's fixed in-degree variant, 2 s after a
+100 ms transient, for several seeds on one device: chapter 4 derives its bounds from it.
 
 Scale 1 is 4200 neurons (3360 E + 840 I) with 80 inputs per neuron; scale s has 4200 s neurons
 and the same in-degree.  Every size runs on all devices JAX finds (all GPUs; on CPU,
@@ -83,6 +88,27 @@ def run_child(args, scale: float) -> dict:
     return dict(error=f"exit code {p.returncode}: " + " | ".join(tail))
 
 
+def regimes(args) -> int:
+    """The activity regime of both variants, several seeds, on one device: a data file."""
+    sys.path.insert(0, str(ROOT))
+    from shardbook import setup_devices
+
+    setup_devices(verbose=False)
+    from shardbook import coba
+
+    data = dict(schema=coba.REGIME_SCHEMA, provenance=coba.provenance(args.command), runs=[])
+    for variant in coba.VARIANTS:
+        for seed in range(args.seeds):
+            t0 = time.time()
+            run = coba.measure_regime(variant, seed, sim_ms=args.sim_ms)
+            data["runs"].append(run)
+            w = run["whole"]
+            print(f"[regimes] {variant}, seed {seed}: {w['rate']:.1f} Hz, CV {w['cv']:.2f}, "
+                  f"Fano {w['fano']:.1f} ({time.time() - t0:.0f} s)", flush=True)
+            write(args.out, data)
+    return 0
+
+
 def write(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -100,6 +126,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-ms", type=float, default=10.0, help="simulated ms per compiled call (default 10)")
     ap.add_argument("--in-process", action="store_true", help="no child processes (quick CPU tests)")
     ap.add_argument("--allow-cpu", action="store_true", help="allow writing a simulated-CPU sweep under book/")
+    ap.add_argument("--regimes", action="store_true",
+                    help="instead: regime statistics of both variants (one device, --seeds seeds)")
+    ap.add_argument("--seeds", type=int, default=4, help="seeds per variant for --regimes")
     ap.add_argument("--one", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--all-scales", type=float, nargs="*", default=[], help=argparse.SUPPRESS)
     ap.add_argument("--command", default=None, help=argparse.SUPPRESS)
@@ -108,6 +137,12 @@ def main(argv=None) -> int:
     if args.one is not None:
         child(args)
         return 0
+    if args.regimes:
+        if args.out is None:
+            ap.error("--out is required")
+        args.command = "python ci/coba_sweep.py " + " ".join(
+            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        return regimes(args)
     if not args.scales or args.out is None:
         ap.error("--scales and --out are required")
     args.scales = sorted(args.scales)

@@ -167,6 +167,7 @@ def test_statistics():
 
 def test_source_sections():
     assert "Cm = 200." in coba.source_section("parameters")
+    assert "def update" in coba.excerpt(coba.HH, "update")
     with pytest.raises(KeyError):
         coba.source_section("no such section")
 
@@ -226,3 +227,95 @@ def test_simplified_jaxpr_constants_flag_also_fixes_the_trap():
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "BOOK_NUM_DEVICES": "2", "JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS": "1"}
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr[-3000:]
+
+
+def test_event_csr_gives_the_index_spikes_on_any_mesh(runs):
+    """The per-device CSR holds the index matrix's graph: the same spikes, bit for bit."""
+    ref = runs[1][1]
+    n_exc, n_inh = coba.sizes(SCALE)
+    for k in sorted({1, 2, N}):
+        net = coba.build(jax.devices()[:k], scale=SCALE, conn="event")
+        out = coba.Simulation(net, record=("spike",)).run(STEPS)
+        for name in ("E.spike", "I.spike"):
+            np.testing.assert_array_equal(np.asarray(out[name]), ref[name], err_msg=f"{name}, {k}")
+        got = coba.measured_bytes(net)["connectivity"]
+        want = coba.event_bytes(n_exc, n_inh, k)
+        assert got == want["total"]  # indices 1/k, row pointers whole on every device
+        assert want["indices"] * k == 4 * 80 * (n_exc + n_inh)
+    assert ref["E.spike"].sum() > 100  # the comparison saw spikes
+
+
+def test_event_csr_keeps_two_all_gathers_and_splits_the_work():
+    net = coba.build(jax.devices(), scale=SCALE, conn="event")
+    compiled = coba.Simulation(net, record=()).compile(5)
+    per_step = sorted(c.op for c in hlo.collectives(compiled) if c.per_step)
+    assert per_step == ([] if N == 1 else ["all-gather", "all-gather"])
+    if N > 1:
+        assert not shards.is_replicated(coba.comm_output(net, "E2E"))
+
+
+def test_event_delivery_handles_bursts_in_chunks():
+    """More events than one chunk: the while loop takes several chunks and drops none."""
+    sources = jax.random.randint(jax.random.PRNGKey(1), (7, 12), 0, 30, dtype=jnp.int32)
+    indptr, indices = coba.local_csr(sources, 30)
+    spikes = jnp.ones(30, bool)
+    count = coba.deliver(spikes, indptr, indices, n_local=12, chunk=5)  # 84 events, 17 chunks
+    np.testing.assert_array_equal(np.asarray(count), np.full(12, 7.0))
+    some = jnp.arange(30) % 3 == 0
+    want = np.asarray(some)[np.asarray(sources)].sum(axis=0)
+    got = coba.deliver(some, indptr, indices, n_local=12, chunk=4)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_bernoulli_graph_is_the_benchmarks_and_shards():
+    sizes = (672, 168)
+    nets = {k: coba.build(jax.devices()[:k], graph="bernoulli", start="random", sizes=sizes)
+            for k in sorted({1, N})}
+    src = np.asarray(nets[1].E2E.comm.conn.value)
+    degree = (src < 672).sum(axis=0)
+    assert abs(degree.mean() - 0.02 * 672) < 1.5  # p = 0.02: 13.4 inputs on average
+    assert degree.std() > 2  # not a fixed in-degree
+    g_i = np.asarray(nets[1].I2E.syn.g.value)
+    assert abs(g_i.mean() - coba.GI0_MEAN) < 20 and g_i.std() > 60  # the randomised start
+    outs = {k: coba.Simulation(net, record=("spike",)).run(200) for k, net in nets.items()}
+    for name in ("E.spike", "I.spike"):
+        np.testing.assert_array_equal(np.asarray(outs[N][name]), np.asarray(outs[1][name]))
+    assert np.asarray(outs[1]["E.spike"]).sum() > 0
+
+
+def test_rows_graph_ledger_matches_shards_and_memory_analysis():
+    n_exc, n_inh = coba.sizes(SCALE)
+    net = coba.build(jax.devices(), scale=SCALE, conn="event", graph="rows", start="random")
+    sim = coba.Simulation(net, record=("count",))
+    pred = coba.predict(n_exc, n_inh, N, "event", graph="rows", counters=True)
+    got = coba.measured_bytes(net)
+    for cat in ("state", "delays", "connectivity"):
+        assert got[cat] == pred[cat], cat
+    assert coba.compiled_stats(sim.compile(5))["arguments"] == pred["arguments"]
+    sim.run(5)
+    assert all(np.asarray(c.value).sum() >= 0 for c in sim.counts.values())
+    with pytest.raises(ValueError, match="event"):
+        coba.build(jax.devices(), scale=SCALE, conn="index", graph="rows")
+
+
+def test_regime_statistics_tell_poisson_from_synchrony():
+    rng = np.random.default_rng(0)
+    poisson = rng.random((20000, 200)) < 0.003  # 30 Hz, independent
+    stats = coba.regime(poisson)
+    assert stats["rate"] == pytest.approx(30, rel=0.05)
+    assert stats["fano"] == pytest.approx(1, abs=0.2) and stats["cv"] == pytest.approx(1, abs=0.1)
+    sync = np.zeros((20000, 200), bool)
+    sync[::333] = True  # everyone fires together at 30 Hz
+    assert coba.regime(sync)["fano"] > 50 and coba.regime(sync)["cv"] < 0.05
+
+
+def test_model_bytes_says_what_does_not_shrink():
+    rows = {k: dict((item, b) for item, b, _ in coba.model_bytes(10**6, k, conn="event",
+                                                             weights=True, delay_steps=15))
+            for k in (1, 8)}
+    fixed = [item for item, _, shrinks in coba.model_bytes(10**6, 1, conn="event") if not shrinks]
+    assert fixed == ["row pointers (int32, 2 per source)", "gathered spikes, D steps (bool)"]
+    assert rows[8]["gathered spikes, D steps (bool)"] == rows[1]["gathered spikes, D steps (bool)"]
+    assert rows[8]["synapse ids (int32)"] * 8 == rows[1]["synapse ids (int32)"] == 320 * 10**6
+    with pytest.raises(ValueError):
+        coba.model_bytes(10, 1, conn="mask")

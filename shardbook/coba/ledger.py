@@ -1,0 +1,192 @@
+"""The memory model of the network, predicted, and its measurement from shards and XLA.
+
+Per neuron: state (V, m, h, n and two conductances, float32), the spikes of the last
+step (bool), and connectivity.  ``ledger`` is the general model with the knobs of real
+models (in-degree K, per-synapse weights, D-step delays); ``predict`` is the network of
+chapter 4 as built.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import brainpy.math as bm
+
+from .events import rows_capacity
+from .network import COBAHH
+from .parameters import K_EXC, K_INH
+
+STATE_BYTES_PER_NEURON = 4 * 4 + 2 * 4   # V, m, h, n and the two conductances g_e, g_i: float32
+SPIKE_BYTES_PER_NEURON = 1               # last step's spikes (bool): the one-step synaptic delay
+INDEX_BYTES_PER_SYNAPSE = 4              # an int32 source index per synapse
+SYNAPSES_PER_NEURON = K_EXC + K_INH      # 80 inputs per neuron at every scale
+
+
+def conn_bytes_total(n_exc: int, n_inh: int, kind: str = "index") -> int:
+    """Bytes of the whole network's connectivity in one representation (all devices together)."""
+    n = n_exc + n_inh
+    if kind == "index":
+        return INDEX_BYTES_PER_SYNAPSE * SYNAPSES_PER_NEURON * n
+    if kind == "mask":
+        return n * n  # one uint8 per (pre, post) pair
+    if kind == "csr":  # int32 post index per synapse + int32 row pointers (n_pre + 1 per projection)
+        return 4 * SYNAPSES_PER_NEURON * n + 4 * (2 * (n_exc + 1) + 2 * (n_inh + 1))
+    if kind == "jit":
+        return 0
+    if kind == "event":
+        raise ValueError("event connectivity depends on the device count: use event_bytes")
+    raise ValueError(kind)
+
+
+def event_bytes(n_exc: int, n_inh: int, devices: int, graph: str = "fixed",
+                k=(K_EXC, K_INH)) -> dict:
+    """Bytes of :class:`EventCSR` connectivity on each device: ``indices`` (one int32 per
+    local synapse: 1/devices of them) and ``indptr`` (n_pre + 1 int32 row starts per
+    projection, on *every* device: they do not shrink)."""
+    k_exc, k_inh = k
+    plan = ((k_exc, n_exc, n_exc), (k_exc, n_exc, n_inh), (k_inh, n_inh, n_exc),
+            (k_inh, n_inh, n_inh))
+    indptr = sum(4 * (n_pre + 1) for _, n_pre, _ in plan)
+    if graph == "rows":
+        indices = sum(4 * rows_capacity(kk, n_post // devices) for kk, _, n_post in plan)
+    elif graph == "fixed":
+        indices = sum(4 * kk * n_post // devices for kk, _, n_post in plan)
+    else:
+        raise ValueError(f"no prediction for graph {graph!r}")
+    return dict(indices=indices, indptr=indptr, total=indices + indptr)
+
+
+def predict(n_exc: int, n_inh: int, devices: int, kind: str = "index",
+            record_bytes_per_neuron: float = 0, graph: str = "fixed",
+            counters: bool = False) -> dict:
+    """Predicted bytes on the fullest device.
+
+    ``record_bytes_per_neuron`` is what the run records per neuron (peak only);
+    ``counters``: an int32 spike counter per neuron, an argument of the step (and written).
+    Split representations divide by the device count; CSR is held whole on every device; JIT
+    connectivity holds nothing.  ``peak`` adds the step's outputs (a new copy of the state,
+    since the inputs are not donated) and what the run records per neuron.
+    """
+    n = n_exc + n_inh
+    per = n / devices
+    if kind == "event":
+        conn = event_bytes(n_exc, n_inh, devices, graph)["total"]
+    else:
+        conn = conn_bytes_total(n_exc, n_inh, kind)
+    if kind in ("index", "mask"):
+        conn /= devices
+    out = dict(state=STATE_BYTES_PER_NEURON * per, delays=SPIKE_BYTES_PER_NEURON * per,
+               connectivity=conn)
+    held = conn if kind in ("index", "mask", "event") else 0
+    out["arguments"] = out["state"] + out["delays"] + held + 4 * counters * per
+    out["peak"] = out["arguments"] + (STATE_BYTES_PER_NEURON + SPIKE_BYTES_PER_NEURON
+                                      + 4 * counters + record_bytes_per_neuron) * per
+    if kind == "csr":
+        out["peak"] += conn
+    return {k: int(round(v)) for k, v in out.items()}
+
+
+def fit_bytes_per_device(n: int, devices: int, record_bytes_per_neuron: float = 8) -> float:
+    """Predicted peak bytes per device for ``n`` neurons (index representation), used for sizing.
+
+    ``predict``'s peak plus the gathered presynaptic spikes: one byte per neuron of the *whole*
+    network on every device.  The default record is a spike counter per neuron (int32, read and
+    written: 8 bytes), as in ``measure_size``.
+    """
+    n_exc = round(0.8 * n)
+    return predict(n_exc, n - n_exc, devices, "index", record_bytes_per_neuron)["peak"] + n * SPIKE_BYTES_PER_NEURON
+
+
+def _leaf(x):
+    return x.value if isinstance(x, bm.Variable) else x
+
+
+def net_arrays(net: COBAHH) -> dict:
+    """Every array of the network by a stable name, e.g. ``"E.V"`` or ``"E2I.conn"``, with its
+    category: ``state``, ``delays`` (last step's spikes) or ``connectivity``."""
+    out = {}
+    for name, pop in net.populations.items():
+        for var in ("V", "m", "h", "n"):
+            out[f"{name}.{var}"] = ("state", _leaf(getattr(pop, var)))
+        out[f"{name}.spike"] = ("delays", _leaf(pop.spike))
+    for name, proj in net.projections.items():
+        post = name[-1]
+        out[f"{post}.g_{name[0].lower()}"] = ("state", _leaf(proj.syn.g))  # E2I.syn.g is I.g_e
+        comm = proj.comm
+        if hasattr(comm, "conn"):
+            out[f"{name}.conn"] = ("connectivity", _leaf(comm.conn))
+        elif comm.kind == "event":
+            out[f"{name}.indptr"] = ("connectivity", _leaf(comm.op.indptr))
+            out[f"{name}.indices"] = ("connectivity", _leaf(comm.op.indices))
+        elif comm.kind == "csr":
+            out[f"{name}.indices"] = ("connectivity", jnp.asarray(comm.op.indices))
+            out[f"{name}.indptr"] = ("connectivity", jnp.asarray(comm.op.indptr))
+    return out
+
+
+def measured_bytes(net: COBAHH) -> dict:
+    """Bytes on the fullest device, by category, read from the arrays' shards."""
+    from ..shards import bytes_per_device
+
+    out = {}
+    for cat in ("state", "delays", "connectivity"):
+        arrays = [a for c, a in net_arrays(net).values() if c == cat]
+        out[cat] = max(bytes_per_device(*arrays).values()) if arrays else 0
+    return out
+
+
+def compiled_stats(compiled) -> dict:
+    """Per-device bytes of a compiled program: arguments, outputs, temporaries, peak, constants.
+
+    ``peak`` is XLA's own simulation of the buffer heap (``peak_memory_in_bytes``, absent in
+    old jaxlibs); ``constants`` are the arrays baked into the program text.
+    """
+    from ..hlo import constant_bytes
+
+    m = compiled.memory_analysis()
+    if isinstance(m, (list, tuple)):
+        m = m[0]
+    out = dict(arguments=int(m.argument_size_in_bytes), outputs=int(m.output_size_in_bytes),
+               temporaries=int(m.temp_size_in_bytes), aliased=int(m.alias_size_in_bytes))
+    out["peak"] = int(getattr(m, "peak_memory_in_bytes", 0) or 0)
+    out["constants"] = constant_bytes(compiled)
+    return out
+
+
+def comm_output(net: COBAHH, name: str):
+    """One projection's synaptic input for an all-ones spike vector, computed under ``jit``.
+
+    Its sharding says where the work happened: split along ``neuron`` when each device computed
+    its own postsynaptic neurons, replicated when every device computed all of them.
+    """
+    proj = net.projections[name]
+    ones = np.ones(proj.comm.shape[0], bool)
+    if net.replicated is not None:
+        ones = jax.device_put(ones, net.replicated)
+    return bm.jit(lambda x: proj.comm(x))(ones)
+
+
+
+def model_bytes(n: int, devices: int, k: int = 80, conn: str = "index",
+                weights: bool = False, delay_steps: int = 1) -> list[tuple[str, float, bool]]:
+    """The ledger of a network of ``n`` neurons with ``k`` inputs each, per device.
+
+    Returns ``(item, bytes on each device, shrinks with more devices)`` rows.  Knobs:
+    ``conn`` (``"index"`` or ``"event"``), ``weights`` (a float32 weight per synapse
+    instead of one per projection), ``delay_steps`` (D: spikes take D steps to arrive, so
+    each device keeps the last D gathered spike vectors).  Two populations feeding two
+    projections each, as in COBA-HH.
+    """
+    if conn not in ("index", "event"):
+        raise ValueError(f"conn must be 'index' or 'event', not {conn!r}")
+    per = n / devices
+    rows = [("state (V, m, h, n, g_e, g_i)", STATE_BYTES_PER_NEURON * per, True),
+            ("synapse ids (int32)", INDEX_BYTES_PER_SYNAPSE * k * per, True)]
+    if weights:
+        rows.append(("synapse weights (float32)", 4 * k * per, True))
+    if conn == "event":
+        rows.append(("row pointers (int32, 2 per source)", 4 * 2 * (n + 2), False))
+    rows.append(("gathered spikes, D steps (bool)", SPIKE_BYTES_PER_NEURON * n * delay_steps,
+                 False))
+    return rows

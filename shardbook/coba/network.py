@@ -1,0 +1,254 @@
+"""The COBA-HH network: the neuron, the connectivity, the network, and ``build``.
+
+Benchmark 3 of Brette et al. (2007), "Simulation of networks of spiking neurons: a review
+of tools and strategies", J. Comput. Neurosci. 23:349-398, written with BrainPy's building
+blocks.  Anchors: BrainPy's examples (``ei_nets/Brette_2007_COBAHH.py``) and the BrainPy
+eLife paper's TPU script (``figure8B/COBAHH-TPU.py``: a fixed in-degree index matrix).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import brainpy as bp
+import brainpy.math as bm
+
+from .events import EventCSR
+from .parameters import (DT, GRAPHS, K_EXC, K_INH, NEURON, P_CONN, REPRESENTATIONS, STARTS,
+                         Cm, EK, El, ENa, Ee, Ei, V_th, VT, g_Kd, g_Na, gl, sizes, taue,
+                         taui, we, wi)
+from .randomness import (bernoulli_k_max, bernoulli_sources, random_state,
+                         random_state_axes, sharded_random, zeros_variable as _zeros)
+
+
+# ----------------------------------------------------------------------- the neuron
+class HH(bp.dyn.NeuDyn):
+    """Hodgkin-Huxley neurons with Traub-Miles kinetics, every state split along ``neuron``."""
+
+    def __init__(self, V0, method="exp_auto"):
+        super().__init__(V0.shape[0], sharding=[NEURON], method=method)
+        n = self.num
+        self.V = bm.Variable(V0)  # already split: made by random_state
+        self.m, self.h, self.n = _zeros(n), _zeros(n), _zeros(n)
+        self.spike = _zeros(n, bool)
+        self.integral = bp.odeint(bp.JointEq(self.dV, self.dm, self.dh, self.dn), method=method)
+
+    def dV(self, V, t, m, h, n):
+        I_syn = self.sum_current_inputs(V)  # the COBA synapses: g * (E - V)
+        g_na = g_Na * (m * m * m) * h
+        g_kd = g_Kd * (n * n * n * n)
+        return (-gl * (V - El) - g_na * (V - ENa) - g_kd * (V - EK) + I_syn) / Cm
+
+    # x / (exp(x) - 1) is 0/0 at x = 0; 1 / exprel(x) is the same function without the hole,
+    # so float32 stays finite over long runs.
+    def dm(self, m, t, V):
+        alpha = 1.28 / bm.exprel((13. - V + VT) / 4.)  # 0.32 (13 - V + VT) / (exp(...) - 1)
+        beta = 1.4 / bm.exprel((V - VT - 40.) / 5.)  # 0.28 (V - VT - 40) / (exp(...) - 1)
+        return alpha * (1. - m) - beta * m
+
+    def dh(self, h, t, V):
+        alpha = 0.128 * bm.exp((17. - V + VT) / 18.)
+        beta = 4. / (1. + bm.exp(-(V - VT - 40.) / 5.))
+        return alpha * (1. - h) - beta * h
+
+    def dn(self, n, t, V):
+        alpha = 0.16 / bm.exprel((15. - V + VT) / 5.)  # 0.032 (15 - V + VT) / (exp(...) - 1)
+        beta = 0.5 * bm.exp((10. - V + VT) / 40.)
+        return alpha * (1. - n) - beta * n
+
+    def update(self):
+        V, m, h, n = self.integral(self.V.value, self.m.value, self.h.value, self.n.value,
+                                   bp.share["t"], dt=bp.share["dt"])
+        self.spike.value = jnp.logical_and(self.V.value < V_th, V >= V_th)
+        self.V.value, self.m.value, self.h.value, self.n.value = V, m, h, n
+        return self.spike.value
+
+
+
+
+class FixedInDegree(bp.dnn.Layer):
+    """Each postsynaptic neuron's sources, given as a ``[k, n_post]`` matrix.
+
+    ``kind`` is how that random graph is stored:
+      * ``"index"``: the ``[k, n_post]`` int32 matrix of sources, split along post;
+      * ``"mask"``:  a dense ``[n_pre, n_post]`` uint8 matrix (how often j feeds i);
+      * ``"csr"``:   BrainPy's ``EventCSRLinear`` (no ``sharding`` support: held whole);
+      * ``"jit"``:   BrainPy's ``EventJitFPHomoLinear``: a new graph with the same
+        connection probability k / n_pre, regenerated from a seed at every step;
+      * ``"event"``: :class:`EventCSR`, a CSR by presynaptic row on each device.
+    ``as_variable=False`` keeps the index or mask as a plain attribute: the trap.
+    Sources equal to ``n_pre`` are padding (a Bernoulli graph's shorter columns).
+    """
+
+    def __init__(self, sources, n_pre, weight, kind="index", as_variable=True, seed=0,
+                 padded=False, rows=None):
+        super().__init__()
+        if rows is not None:  # (n_post, k, key): an event CSR drawn by row in each block
+            if kind != "event":
+                raise ValueError("a graph drawn by row in each block is stored as 'event'")
+            self.kind, self.weight, self.shape, self.padded = kind, weight, (n_pre, rows[0]), False
+            split = bm.sharding.get_sharding([NEURON])
+            self.op = EventCSR(None, n_pre, weight, None if split is None else split.mesh,
+                               rows=rows)
+            return
+        if kind not in REPRESENTATIONS:
+            raise ValueError(f"kind must be one of {REPRESENTATIONS}, not {kind!r}")
+        if padded and kind not in ("index", "event"):
+            raise ValueError(f"a Bernoulli graph is stored as 'index' or 'event', not {kind!r}")
+        k, n_post = sources.shape  # sources: the [k, n_post] matrix made by random_state
+        self.kind, self.weight, self.shape, self.padded = kind, weight, (n_pre, n_post), padded
+        if kind == "jit":
+            self.op = bp.dnn.EventJitFPHomoLinear(n_pre, n_post, prob=k / n_pre,
+                                                  weight=weight, seed=seed)
+            return
+        if kind == "csr":
+            self.op = bp.dnn.EventCSRLinear(_csr_conn(np.asarray(sources), n_pre, n_post), weight)
+            return
+        if kind == "event":
+            split = bm.sharding.get_sharding([NEURON])
+            self.op = EventCSR(sources, n_pre, weight, None if split is None else split.mesh)
+            return
+        if kind == "mask":  # each device counts the sources of its own columns
+            sources = sharded_random(_count_sources, sources, [None, NEURON], n_pre)
+        # A Variable is an argument of the compiled step and keeps its sharding.
+        # A plain attribute is a closure constant: baked whole into every device's program.
+        self.conn = bm.Variable(sources) if as_variable else sources
+
+    def update(self, spikes):  # spikes: bool[n_pre], the same on every device
+        if self.kind in ("csr", "jit", "event"):
+            return self.op(spikes)
+        conn = self.conn.value if isinstance(self.conn, bm.Variable) else self.conn
+        if self.kind == "index":
+            got = spikes.at[conn].get(mode="fill", fill_value=False) if self.padded else spikes[conn]
+            count = jnp.sum(got, axis=0, dtype=jnp.float32)
+        else:
+            count = jnp.sum(jnp.where(spikes[:, None], conn, jnp.uint8(0)), axis=0,
+                            dtype=jnp.float32)
+        return count * self.weight  # an integer count times the weight: exact in float32
+
+
+def _count_sources(sources, n_pre):  # column j of the result: how often each source feeds j
+    def column(col):
+        return jnp.zeros((n_pre,), jnp.uint8).at[col].add(1)
+    return jax.vmap(column, in_axes=1, out_axes=1)(sources)
+
+
+def _csr_conn(sources: np.ndarray, n_pre: int, n_post: int):
+    """The graph of a ``[k, n_post]`` source matrix as BrainPy's CSR connector (pre -> post)."""
+    k = sources.shape[0]
+    pre = sources.T.reshape(-1)
+    post = np.repeat(np.arange(n_post, dtype=np.int32), k)
+    order = np.argsort(pre, kind="stable")
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(pre, minlength=n_pre))])
+    return bp.conn.CSRConn(post[order].astype(np.int32), indptr.astype(np.int32))(n_pre, n_post)
+
+
+class COBAHH(bp.DynSysGroup):
+    """COBA-HH: E and I populations, four projections, split along ``neuron``.
+
+    Build it inside ``bm.sharding.device_mesh(devices, [NEURON])``: BrainPy resolves every
+    sharding when a model is constructed.  Options:
+      * ``conn``: the representation of the graph (:class:`FixedInDegree`);
+      * ``graph``: ``"fixed"`` in-degree ``k`` (default 64 E + 16 I inputs, drawn with
+        replacement), ``"bernoulli"`` (each pair with probability 0.02, the benchmark), or
+        ``"rows"`` (Bernoulli-like with mean in-degree ``k``, drawn by presynaptic row in
+        each device's block, straight into ``conn="event"``: no sort, seeded per block, so
+        the graph depends on the device count);
+      * ``start``: ``"rest"`` (conductances zero) or ``"random"`` (the benchmark's start);
+      * ``layout="sliced"``: the trap variant, one population sliced into E and I;
+      * ``sizes``: (n_exc, n_inh) instead of ``scale``, e.g. the benchmark's (3200, 800).
+    """
+
+    def __init__(self, scale=1, conn="index", as_variable=True, layout="separate", seed=0,
+                 graph="fixed", start="rest", k=(K_EXC, K_INH), sizes=None):
+        super().__init__()
+        bm.set_dt(DT)
+        if graph not in GRAPHS or start not in STARTS:
+            raise ValueError(f"graph must be one of {GRAPHS} and start one of {STARTS}")
+        self.n_exc, self.n_inh = sizes if sizes is not None else _sizes(scale)
+        self.conn_kind, self.layout, self.seed = conn, layout, seed
+        self.graph, self.start = graph, start
+        split = bm.sharding.get_sharding([NEURON])  # None when there is no mesh
+        self.mesh = None if split is None else split.mesh
+        self.replicated = (None if split is None else
+                           jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
+        k_exc, k_inh = k
+        if layout == "separate":
+            pops = (("E", self.n_exc), ("I", self.n_inh))
+            plan = (("E2E", "E", "E", k_exc, we, taue, Ee), ("E2I", "E", "I", k_exc, we, taue, Ee),
+                    ("I2E", "I", "E", k_inh, wi, taui, Ei), ("I2I", "I", "I", k_inh, wi, taui, Ei))
+        elif layout == "sliced":
+            pops = (("N", self.n_exc + self.n_inh),)
+            plan = (("E2N", "E", "N", k_exc, we, taue, Ee), ("I2N", "I", "N", k_inh, wi, taui, Ei))
+        else:
+            raise ValueError(f"layout must be 'separate' or 'sliced', not {layout!r}")
+        size = dict(pops, E=self.n_exc, I=self.n_inh)
+        key = jax.random.PRNGKey(seed)
+        projs = tuple((name, k, size[pre], size[post]) for name, pre, post, k, *_ in plan)
+        if graph == "rows" and conn != "event":
+            raise ValueError("graph='rows' is drawn straight into the 'event' representation")
+        projs_fixed = projs if graph == "fixed" else ()  # the others are drawn below
+        axes = random_state_axes(pops, projs_fixed, start)
+        init = sharded_random(random_state, key, axes, pops, projs_fixed, start)
+        if graph == "bernoulli":
+            for i, (name, _, n_pre, n_post) in enumerate(projs, start=100):
+                k_max = bernoulli_k_max(n_pre, P_CONN)
+                init[name] = sharded_random(bernoulli_sources, jax.random.fold_in(key, i),
+                                            [None, NEURON], n_pre, n_post, P_CONN, k_max)
+                if (np.asarray(init[name][-1]) < n_pre).any():  # a column may have overflowed
+                    raise RuntimeError(f"{name}: an in-degree reached {k_max}; raise k_max")
+
+        for name, _ in pops:
+            setattr(self, name, HH(init[f"{name}.V"]))
+        for i, (name, pre, post, k, w, tau, E) in enumerate(plan):
+            target = getattr(self, post)
+            if graph == "rows":
+                rows = (size[post], k, jax.random.fold_in(key, 100 + i))
+                comm = FixedInDegree(None, size[pre], w, conn, rows=rows)
+            else:
+                comm = FixedInDegree(init[name], size[pre], w, conn, as_variable,
+                                     seed=1000 * seed + i, padded=graph == "bernoulli")
+            setattr(self, name, bp.dyn.HalfProjAlignPostMg(
+                comm=comm, syn=bp.dyn.Expon.desc(target.num, tau=tau, sharding=[NEURON]),
+                out=bp.dyn.COBA.desc(E=E), post=target))
+            if start == "random":
+                g = getattr(self, name).syn.g
+                g.value = init[f"{post}.g{pre.lower()}"]
+
+    def everyone(self, spikes):
+        """Every device needs every presynaptic spike: one all-gather per population."""
+        if self.replicated is None:
+            return spikes
+        return jax.lax.with_sharding_constraint(spikes, self.replicated)
+
+    def update(self):
+        if self.layout == "separate":
+            e, i = self.everyone(self.E.spike.value), self.everyone(self.I.spike.value)
+            self.E2E(e), self.E2I(e), self.I2E(i), self.I2I(i)
+            return {"E": self.E(), "I": self.I()}
+        s = self.N.spike.value  # slicing a sharded vector moves the E/I boundary between devices
+        self.E2N(self.everyone(s[:self.n_exc])), self.I2N(self.everyone(s[self.n_exc:]))
+        return {"N": self.N()}
+
+    @property
+    def populations(self) -> dict:
+        if self.layout == "separate":
+            return {"E": self.E, "I": self.I}
+        return {"N": self.N}
+
+    @property
+    def projections(self) -> dict:
+        names = ("E2E", "E2I", "I2E", "I2I") if self.layout == "separate" else ("E2N", "I2N")
+        return {n: getattr(self, n) for n in names}
+
+
+_sizes = sizes
+
+
+def build(devices=None, **kwargs) -> COBAHH:
+    """Construct :class:`COBAHH` on a 1-D ``neuron`` mesh over ``devices`` (``None``: no mesh)."""
+    if devices is None:
+        return COBAHH(**kwargs)
+    with bm.sharding.device_mesh(np.asarray(devices), [NEURON]):
+        return COBAHH(**kwargs)

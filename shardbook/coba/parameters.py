@@ -1,0 +1,42 @@
+"""Parameters of COBA-HH (Brette et al. 2007, benchmark 3), and the network's sizes.
+
+Units: mV, ms, nS, pF, so that nS * mV / pF = mV / ms.  The numbers are those of BrainPy's
+``Brette_2007_COBAHH.py`` (github.com/brainpy/examples, ``ei_nets``) and of Brian 2's
+``examples/COBAHH.py``.  This module imports nothing from the rest of the package.
+"""
+from __future__ import annotations
+
+import brainpy.math as bm
+
+NEURON = bm.sharding.NEU_AXIS  # the mesh axis name, 'neuron'
+
+DT = 0.1                                      # ms
+Cm = 200.                                     # membrane capacitance, pF
+gl, g_Na, g_Kd = 10., 20_000., 6_000.         # leak, sodium, potassium conductances, nS
+El, ENa, EK = -60., 50., -90.                 # reversal potentials, mV
+VT = -63.                                     # Traub-Miles threshold shift, mV
+V_th = -20.                                   # a spike is V crossing -20 mV upwards
+taue, taui = 5., 10.                          # synaptic time constants, ms
+Ee, Ei = 0., -80.                             # synaptic reversal potentials, mV
+we, wi = 6., 67.                              # synaptic weights (conductance jumps), nS
+K_EXC, K_INH = 64, 16                         # fixed in-degree: 80 inputs = 2 % of 4000
+N_EXC_UNIT, N_INH_UNIT = 3360, 840            # scale 1: 4200 neurons; 840 = lcm(1..8)
+P_CONN = 0.02                                 # the benchmark's connection probability
+
+# The benchmark's randomised start (Brian 2, examples/COBAHH.py, after Brette et al. 2007):
+# V = El + (5 randn - 5) mV, g_e = (1.5 randn + 4) * 10 nS, g_i = (12 randn + 20) * 10 nS.
+V0_MEAN, V0_SD = El - 5., 5.
+GE0_MEAN, GE0_SD = 40., 15.
+GI0_MEAN, GI0_SD = 200., 120.
+
+REPRESENTATIONS = ("index", "mask", "csr", "jit", "event")
+GRAPHS = ("fixed", "bernoulli", "rows")  # fixed in-degree, Bernoulli p = 0.02, or by row
+STARTS = ("rest", "random")       # conductances at zero, or the benchmark's randomised start
+
+
+def sizes(scale: float = 1) -> tuple[int, int]:
+    """(excitatory, inhibitory) neuron counts at a scale; the in-degree stays 80."""
+    n_exc, n_inh = round(N_EXC_UNIT * scale), round(N_INH_UNIT * scale)
+    if n_exc < 1 or n_inh < 1:
+        raise ValueError(f"scale {scale} gives no neurons")
+    return n_exc, n_inh

@@ -1,0 +1,125 @@
+"""Random numbers made where they live: every random array of the network, from one key.
+
+``sharded_random`` runs a generator under ``jax.jit`` with ``out_shardings`` (JAX docs,
+"Distributed arrays and automatic parallelization"), so that each device computes only
+its own slice and the numbers do not depend on the mesh.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import brainpy as bp  # noqa: F401  (BrainPy's sharding module needs brainpy imported)
+import brainpy.math as bm
+
+from .parameters import (GE0_MEAN, GE0_SD, GI0_MEAN, GI0_SD, NEURON, V0_MEAN, V0_SD)
+
+
+def sharded_random(fn, key, axis_names, *static):
+    """``fn(key, *static)`` under ``jit`` with ``out_shardings``: each device makes its slice.
+
+    ``axis_names`` names the output's axes (a dict of them when ``fn`` returns a dict).
+    ``jit`` never lets a sharding change a result, so the numbers are the same on every
+    mesh; JAX's partitionable threefry (the default since JAX 0.5) lets each device
+    compute only its own slice.  Outside a ``device_mesh`` block there is no sharding.
+    """
+    if isinstance(axis_names, dict):
+        sharding = {name: bm.sharding.get_sharding(names) for name, names in axis_names.items()}
+        sharding = None if None in sharding.values() else sharding
+    else:
+        sharding = bm.sharding.get_sharding(axis_names)
+    return _compiled(fn, key, sharding, static)(key)  # jax.jit(fn, out_shardings=...)
+
+
+def random_state(key, populations, projections, start="rest"):
+    """Every random array of a network, from one key, in one compiled program.
+
+    ``populations``: ((name, size), ...), each gets initial potentials ``"<name>.V"``
+    (and, with ``start="random"``, conductances ``"<name>.ge"``, ``"<name>.gi"``);
+    ``projections``: ((name, k, n_pre, n_post), ...), each gets a ``[k, n_post]`` matrix
+    of presynaptic sources drawn with replacement.  Every piece has its own stream.
+    """
+    out = {}
+    for i, (name, size) in enumerate(populations):
+        normal = jax.random.normal(jax.random.fold_in(key, i), (size,), jnp.float32)
+        out[f"{name}.V"] = V0_MEAN + V0_SD * normal
+        if start == "random":
+            for j, (g, mean, sd) in enumerate((("ge", GE0_MEAN, GE0_SD), ("gi", GI0_MEAN, GI0_SD))):
+                z = jax.random.normal(jax.random.fold_in(key, 200 + 100 * j + i), (size,))
+                out[f"{name}.{g}"] = mean + sd * z
+    for i, (name, k, n_pre, n_post) in enumerate(projections, start=100):
+        sub = jax.random.fold_in(key, i)
+        out[name] = jax.random.randint(sub, (k, n_post), 0, n_pre, dtype=jnp.int32)
+    return out
+
+
+def random_state_axes(populations, projections, start="rest"):
+    """The axis names of ``random_state``'s outputs: neurons split, sources by column."""
+    out = {f"{name}.V": [NEURON] for name, _ in populations}
+    if start == "random":
+        out |= {f"{name}.{g}": [NEURON] for name, _ in populations for g in ("ge", "gi")}
+    return out | {p[0]: [None, NEURON] for p in projections}
+
+
+def bernoulli_sources(key, n_pre, n_post, p, k_max):
+    """The benchmark's graph: each (pre, post) pair connects with probability ``p``.
+
+    Returned in the index layout: a ``[k_max, n_post]`` matrix whose column j lists the
+    sources of neuron j in increasing order, padded with ``n_pre`` (a source that never
+    spikes).  Draws an ``[n_pre, n_post]`` Bernoulli matrix: fine at benchmark size.
+    """
+    mask = jax.random.bernoulli(key, p, (n_pre, n_post))
+    slot = jnp.where(mask, jnp.cumsum(mask, axis=0, dtype=jnp.int32) - 1, k_max)  # k_max: drop
+    rows = jnp.broadcast_to(jnp.arange(n_pre, dtype=jnp.int32)[:, None], (n_pre, n_post))
+    cols = jnp.broadcast_to(jnp.arange(n_post, dtype=jnp.int32)[None, :], (n_pre, n_post))
+    empty = jnp.full((k_max, n_post), n_pre, jnp.int32)
+    return empty.at[slot, cols].set(rows, mode="drop")
+
+
+def bernoulli_k_max(n_pre, p):
+    """Rows of :func:`bernoulli_sources`' matrix: the mean in-degree plus 8 standard
+    deviations (a column that would need more raises when the network is built)."""
+    mean = n_pre * p
+    return int(np.ceil(mean + 8 * np.sqrt(mean * (1 - p)))) + 1
+
+
+def zeros_variable(n, dtype=jnp.float32):
+    """A Variable of ``n`` zeros, made split along ``neuron``."""
+    return bm.Variable(sharded_random(_zeros_of, jax.random.PRNGKey(0), [NEURON], n,
+                                      jnp.dtype(dtype)))
+
+
+_zeros = zeros_variable  # the name chapter 4 used first
+
+_COMPILED: dict = {}
+
+
+def _compiled(fn, key, sharding, static):
+    """``jax.jit(fn, out_shardings=sharding)`` lowered and compiled once per shapes."""
+    shard_key = tuple(sorted(sharding.items())) if isinstance(sharding, dict) else sharding
+    cache_key = (fn, static, shard_key, jnp.shape(key), jnp.result_type(key),
+                 getattr(key, "sharding", None))
+    if cache_key not in _COMPILED:
+        with _partitionable():
+            static_nums = tuple(range(1, 1 + len(static)))
+            jitted = jax.jit(fn, static_argnums=static_nums, out_shardings=sharding)
+            lowered = jitted.lower(key, *static)
+        # A generator runs once per network: on CPU, skipping LLVM's optimisations halves
+        # the compile time of a small one (a large one, or a sort, runs faster optimised).
+        size = sum(x.size for x in jax.tree.leaves(jax.eval_shape(lambda k: fn(k, *static), key)))
+        quick = jax.default_backend() == "cpu" and fn in (random_state, _zeros_of) and size < 2e6
+        _COMPILED[cache_key] = (lowered.compile({"xla_backend_optimization_level": 0})
+                                if quick else lowered.compile())
+    return _COMPILED[cache_key]
+
+
+def _partitionable():
+    ctx = getattr(jax, "threefry_partitionable", None)  # a context manager in JAX >= 0.4.3x
+    return ctx(True) if ctx is not None else contextlib.nullcontext()
+
+
+def _zeros_of(key, n, dtype):
+    return jnp.zeros((n,), dtype)

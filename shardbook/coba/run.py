@@ -1,0 +1,132 @@
+"""Running the network: a compiled time loop run in chunks, and activity statistics."""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import brainpy.math as bm
+
+from .network import COBAHH
+from .parameters import DT
+from .randomness import _zeros_of
+
+
+class Simulation:
+    """Compile the network's time loop once, then run it in chunks.
+
+    ``record`` chooses what comes back from each step: ``"spike"`` (a ``[T, n]`` raster per
+    population, split along neurons like the state), ``"V"`` (membrane potentials, the same),
+    ``"count"`` (spikes per neuron, summed on the device that owns the neuron: no raster kept)
+    and ``"rate"`` (population spike counts per step: a reduction across devices, see chapter 4).
+    """
+
+    def __init__(self, net: COBAHH, record=("spike",)):
+        self.net, self.record, self.t = net, tuple(record), 0
+        self.counts = {}
+        if "count" in self.record:  # a counter per neuron, split like the neurons
+            for name, pop in net.populations.items():
+                zeros = jax.jit(_zeros_of, static_argnums=(1, 2), out_shardings=pop.spike.value.sharding)
+                self.counts[name] = bm.Variable(zeros(jax.random.PRNGKey(0), pop.num, jnp.dtype(jnp.int32)))
+        self._jit = bm.jit(self._loop)
+        self.compiled = {}
+        self.compile_s = {}
+
+    def _step(self, i):
+        spikes = self.net.step_run(i)
+        out = {}
+        for name, pop in self.net.populations.items():
+            if "spike" in self.record:
+                out[f"{name}.spike"] = spikes[name]
+            if "V" in self.record:
+                out[f"{name}.V"] = pop.V.value
+            if "count" in self.record:
+                self.counts[name].value += spikes[name]
+            if "rate" in self.record:
+                out[f"{name}.rate"] = jnp.sum(spikes[name], dtype=jnp.int32)
+        return out
+
+    def _loop(self, indices):
+        return bm.for_loop(self._step, indices)
+
+    def compile(self, steps: int):
+        """Lower and compile a ``steps``-long chunk (once per length); returns the compiled program."""
+        if steps not in self.compiled:
+            t0 = time.perf_counter()
+            self.compiled[steps] = self._jit.compile(np.arange(steps))
+            self.compile_s[steps] = time.perf_counter() - t0
+        return self.compiled[steps]
+
+    def run(self, steps: int) -> dict:
+        """Advance ``steps`` time steps; returns the recorded arrays (still on the devices)."""
+        self.compile(steps)
+        out = self._jit(np.arange(self.t, self.t + steps))
+        # wait for the whole program: with nothing recorded, only the new state says it is done
+        jax.block_until_ready((out, [pop.V.value for pop in self.net.populations.values()]))
+        self.t += steps
+        return out
+
+    def timed_run(self, steps: int) -> tuple[dict, float]:
+        """``run`` and its wall time in seconds (compilation excluded)."""
+        self.compile(steps)
+        t0 = time.perf_counter()
+        out = self.run(steps)
+        return out, time.perf_counter() - t0
+
+
+
+def rate_hz(spikes) -> float:
+    """Mean firing rate in Hz of a ``[T, n]`` boolean raster sampled every ``DT`` ms."""
+    s = np.asarray(spikes)
+    return float(s.sum() / s.shape[1] / (s.shape[0] * DT * 1e-3))
+
+
+def cv_isi(spikes, min_spikes: int = 3) -> float:
+    """Mean coefficient of variation of inter-spike intervals over neurons with enough spikes."""
+    return float(np.mean(cvs)) if (cvs := _cvs(spikes, min_spikes)) else float("nan")
+
+
+def _cvs(spikes, min_spikes=3):
+    cvs = []
+    for col in np.asarray(spikes).T:
+        t = np.flatnonzero(col)
+        if t.size >= min_spikes:
+            isi = np.diff(t).astype(np.float64)
+            cvs.append(isi.std() / isi.mean())
+    return cvs
+
+
+def isis_ms(spikes) -> np.ndarray:
+    """Every inter-spike interval of every neuron, in ms."""
+    return np.concatenate([np.diff(np.flatnonzero(col)) * DT for col in np.asarray(spikes).T])
+
+
+def population_rate(spikes, bin_ms: float = 1.0) -> np.ndarray:
+    """Population rate in Hz, in bins of ``bin_ms``."""
+    s = np.asarray(spikes)
+    per_bin = max(1, int(round(bin_ms / DT)))
+    t = s.shape[0] // per_bin * per_bin
+    return s[:t].reshape(-1, per_bin, s.shape[1]).mean(axis=(1, 2)) / (DT * 1e-3)
+
+
+def fano_factor(spikes, bin_ms: float = 5.0) -> float:
+    """Variance over mean of the population's spike count in bins of ``bin_ms``.
+
+    Independent Poisson neurons give 1 whatever their number; synchronous volleys give
+    far more (each volley adds the square of its size to the variance).
+    """
+    s = np.asarray(spikes)
+    per_bin = max(1, int(round(bin_ms / DT)))
+    t = s.shape[0] // per_bin * per_bin
+    counts = s[:t].reshape(-1, per_bin, s.shape[1]).sum(axis=(1, 2)).astype(np.float64)
+    return float(counts.var() / counts.mean()) if counts.mean() > 0 else float("nan")
+
+
+def regime(spikes, bin_ms: float = 5.0) -> dict:
+    """Rate (Hz), mean CV of ISIs, Fano factor of the population count, and the fraction of
+    ISIs under 10 ms, of a ``[T, n]`` raster (cut the transient off first)."""
+    isi = isis_ms(spikes)
+    return dict(rate=rate_hz(spikes), cv=cv_isi(spikes), fano=fano_factor(spikes, bin_ms),
+                short_isi=float((isi < 10.).mean()) if isi.size else float("nan"))
