@@ -253,8 +253,7 @@ class Target:
 
 
 # -------------------------------------------------------------------- reading the program
-_COMP_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s+->\s+.*\{\s*$")
-_INSTR_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+(.+?)\s+([a-z][\w\-]*)\((.*)$")
+from .hlo import _COMP_RE, _INSTR_RE  # noqa: E402  (the same line grammar as shardbook.hlo)
 
 
 def _split_top(s: str) -> list[str]:
