@@ -108,3 +108,14 @@ def test_four_p_minimum_and_six_p_without_donation():
     p = tm.predict(I, H, O, B, T, hidden_shards=2)
     assert p.minimum == 4 * p.weights
     assert p.arguments + p.outputs >= 6 * p.weights
+
+
+def test_temporaries_bound_can_be_left_out_for_other_compilers():
+    """The temporaries bound describes XLA:CPU; check(temporaries=False) keeps the exact rows."""
+    model, _, x, y = _model(4, "hidden")
+    compiled = make_train_step(model).lower(x, y).compile()
+    p = tm.predict(I, H, O, B, T, hidden_shards=4)
+    tight = tm.TrainBytes(**{**p.__dict__, "temporaries": 0.0})
+    with pytest.raises(AssertionError, match="temporaries"):
+        tm.check(tight, compiled)
+    tm.check(tight, compiled, temporaries=False)
