@@ -27,9 +27,9 @@ donation"; ``jax.jit(..., donate_argnums=...)``):
 * **Donated** (a pure step under ``jax.jit(step, donate_argnums=(0, 1))``): the new
   weights and moments reuse (alias) the argument buffers, so they count once, 3P.
   But now the gradients cannot be written into the outputs while the old values are
-  still being read.  XLA:CPU's buffer assignment then keeps two gradient-sized
-  buffers as temporaries (three under data parallelism, one more for the all-reduced
-  gradients): about **5P** in all (6P with data parallelism), not 4P.
+  still being read.  XLA:CPU's buffer assignment then needs about 2P more
+  temporaries (3P under data parallelism, whose gradients are all-reduced):
+  about **5P** in all (6P with data parallelism), not 4P.
 
 :func:`predict` gives the exact rows (arguments, outputs, aliased) and a bound for the
 temporaries; :func:`check` compares them with a compiled program.  The tests in
