@@ -43,8 +43,9 @@ class HH(bp.dyn.NeuDyn):
     # x / (exp(x) - 1) is 0/0 at x = 0; 1 / exprel(x) is the same function without the hole,
     # so float32 stays finite over long runs.
     def dm(self, m, t, V):
-        alpha = 1.28 / bm.exprel((13. - V + VT) / 4.)  # 0.32 (13 - V + VT) / (exp(...) - 1)
-        beta = 1.4 / bm.exprel((V - VT - 40.) / 5.)  # 0.28 (V - VT - 40) / (exp(...) - 1)
+        # 0.32 (13 - V + VT) / (exp(...) - 1) and 0.28 (V - VT - 40) / (exp(...) - 1):
+        alpha = 1.28 / bm.exprel((13. - V + VT) / 4.)
+        beta = 1.4 / bm.exprel((V - VT - 40.) / 5.)
         return alpha * (1. - m) - beta * m
 
     def dh(self, h, t, V):
@@ -58,8 +59,8 @@ class HH(bp.dyn.NeuDyn):
         return alpha * (1. - n) - beta * n
 
     def update(self):
-        V, m, h, n = self.integral(self.V.value, self.m.value, self.h.value, self.n.value,
-                                   bp.share["t"], dt=bp.share["dt"])
+        V, m, h, n = self.integral(self.V.value, self.m.value, self.h.value,
+                                   self.n.value, bp.share["t"], dt=bp.share["dt"])
         self.spike.value = jnp.logical_and(self.V.value < V_th, V >= V_th)
         self.V.value, self.m.value, self.h.value, self.n.value = V, m, h, n
         return self.spike.value
@@ -120,12 +121,15 @@ class FixedInDegree(bp.dnn.Layer):
             return self.op(spikes)
         conn = self.conn.value if isinstance(self.conn, bm.Variable) else self.conn
         if self.kind == "index":
-            got = spikes.at[conn].get(mode="fill", fill_value=False) if self.padded else spikes[conn]
+            if self.padded:  # a Bernoulli graph: source n_pre never spikes
+                got = spikes.at[conn].get(mode="fill", fill_value=False)
+            else:
+                got = spikes[conn]
             count = jnp.sum(got, axis=0, dtype=jnp.float32)
         else:
             count = jnp.sum(jnp.where(spikes[:, None], conn, jnp.uint8(0)), axis=0,
                             dtype=jnp.float32)
-        return count * self.weight  # an integer count times the weight: exact in float32
+        return count * self.weight  # an integer count times the weight: exact
 
 
 def _count_sources(sources, n_pre):  # column j of the result: how often each source feeds j
@@ -227,7 +231,7 @@ class COBAHH(bp.DynSysGroup):
             e, i = self.everyone(self.E.spike.value), self.everyone(self.I.spike.value)
             self.E2E(e), self.E2I(e), self.I2E(i), self.I2I(i)
             return {"E": self.E(), "I": self.I()}
-        s = self.N.spike.value  # slicing a sharded vector moves the E/I boundary between devices
+        s = self.N.spike.value  # slicing a split vector moves E/I between devices
         self.E2N(self.everyone(s[:self.n_exc])), self.I2N(self.everyone(s[self.n_exc:]))
         return {"N": self.N()}
 
@@ -247,7 +251,7 @@ _sizes = sizes
 
 
 def build(devices=None, **kwargs) -> COBAHH:
-    """Construct :class:`COBAHH` on a 1-D ``neuron`` mesh over ``devices`` (``None``: no mesh)."""
+    """:class:`COBAHH` on a 1-D ``neuron`` mesh over ``devices`` (``None``: no mesh)."""
     if devices is None:
         return COBAHH(**kwargs)
     with bm.sharding.device_mesh(np.asarray(devices), [NEURON]):

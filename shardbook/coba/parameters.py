@@ -1,8 +1,8 @@
 """Parameters of COBA-HH (Brette et al. 2007, benchmark 3), and the network's sizes.
 
-Units: mV, ms, nS, pF, so that nS * mV / pF = mV / ms.  The numbers are those of BrainPy's
-``Brette_2007_COBAHH.py`` (github.com/brainpy/examples, ``ei_nets``) and of Brian 2's
-``examples/COBAHH.py``.  This module imports nothing from the rest of the package.
+Units: mV, ms, nS, pF, so that nS * mV / pF = mV / ms.  The numbers are those of
+BrainPy's ``Brette_2007_COBAHH.py`` (github.com/brainpy/examples, ``ei_nets``) and
+Brian 2's ``examples/COBAHH.py``.  It imports nothing from the rest of the package.
 """
 from __future__ import annotations
 
@@ -23,15 +23,15 @@ K_EXC, K_INH = 64, 16                         # fixed in-degree: 80 inputs = 2 %
 N_EXC_UNIT, N_INH_UNIT = 3360, 840            # scale 1: 4200 neurons; 840 = lcm(1..8)
 P_CONN = 0.02                                 # the benchmark's connection probability
 
-# The benchmark's randomised start (Brian 2, examples/COBAHH.py, after Brette et al. 2007):
-# V = El + (5 randn - 5) mV, g_e = (1.5 randn + 4) * 10 nS, g_i = (12 randn + 20) * 10 nS.
+# The benchmark's randomised start (Brian 2, examples/COBAHH.py, after Brette et al.):
+# V = El + (5 randn - 5) mV, g_e = (1.5 randn + 4) 10 nS, g_i = (12 randn + 20) 10 nS.
 V0_MEAN, V0_SD = El - 5., 5.
 GE0_MEAN, GE0_SD = 40., 15.
 GI0_MEAN, GI0_SD = 200., 120.
 
 REPRESENTATIONS = ("index", "mask", "csr", "jit", "event")
-GRAPHS = ("fixed", "bernoulli", "rows")  # fixed in-degree, Bernoulli p = 0.02, or by row
-STARTS = ("rest", "random")       # conductances at zero, or the benchmark's randomised start
+GRAPHS = ("fixed", "bernoulli", "rows")  # fixed in-degree, Bernoulli, or drawn by row
+STARTS = ("rest", "random")  # conductances at zero, or the benchmark's randomised start
 
 
 def sizes(scale: float = 1) -> tuple[int, int]:

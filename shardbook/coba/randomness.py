@@ -19,7 +19,7 @@ from .parameters import (GE0_MEAN, GE0_SD, GI0_MEAN, GI0_SD, NEURON, V0_MEAN, V0
 
 
 def sharded_random(fn, key, axis_names, *static):
-    """``fn(key, *static)`` under ``jit`` with ``out_shardings``: each device makes its slice.
+    """``fn(key, *static)`` under ``jit`` with ``out_shardings``: each device its slice.
 
     ``axis_names`` names the output's axes (a dict of them when ``fn`` returns a dict).
     ``jit`` never lets a sharding change a result, so the numbers are the same on every
@@ -27,7 +27,8 @@ def sharded_random(fn, key, axis_names, *static):
     compute only its own slice.  Outside a ``device_mesh`` block there is no sharding.
     """
     if isinstance(axis_names, dict):
-        sharding = {name: bm.sharding.get_sharding(names) for name, names in axis_names.items()}
+        sharding = {name: bm.sharding.get_sharding(names)
+                    for name, names in axis_names.items()}
         sharding = None if None in sharding.values() else sharding
     else:
         sharding = bm.sharding.get_sharding(axis_names)
@@ -47,9 +48,10 @@ def random_state(key, populations, projections, start="rest"):
         normal = jax.random.normal(jax.random.fold_in(key, i), (size,), jnp.float32)
         out[f"{name}.V"] = V0_MEAN + V0_SD * normal
         if start == "random":
-            for j, (g, mean, sd) in enumerate((("ge", GE0_MEAN, GE0_SD), ("gi", GI0_MEAN, GI0_SD))):
-                z = jax.random.normal(jax.random.fold_in(key, 200 + 100 * j + i), (size,))
-                out[f"{name}.{g}"] = mean + sd * z
+            draws = (("ge", GE0_MEAN, GE0_SD), ("gi", GI0_MEAN, GI0_SD))
+            for j, (g, mean, sd) in enumerate(draws):
+                sub = jax.random.fold_in(key, 200 + 100 * j + i)
+                out[f"{name}.{g}"] = mean + sd * jax.random.normal(sub, (size,))
     for i, (name, k, n_pre, n_post) in enumerate(projections, start=100):
         sub = jax.random.fold_in(key, i)
         out[name] = jax.random.randint(sub, (k, n_post), 0, n_pre, dtype=jnp.int32)
