@@ -253,45 +253,8 @@ class Target:
 
 
 # -------------------------------------------------------------------- reading the program
-from .hlo import _COMP_RE, _INSTR_RE  # noqa: E402  (the same line grammar as shardbook.hlo)
-
-
-def _split_top(s: str) -> list[str]:
-    """Split ``s`` at commas that are not inside (), [] or {}."""
-    parts, depth, cur = [], 0, ""
-    for ch in s:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur.strip())
-    return parts
-
-
-def _elements(type_str: str) -> list[str]:
-    t = type_str.strip()
-    if t.startswith("(") and t.endswith(")"):
-        return _split_top(t[1:-1])
-    return [t]
-
-
-def _result_type(op: str, type_str: str) -> str:
-    """The part of an instruction's type that is the collective's *result*.
-
-    ``all-gather-start``, ``reduce-scatter-start``, ``all-to-all-start`` and
-    ``collective-permute-start`` return ``(operands, results[, context])``; ``all-reduce-start``
-    returns the results only (XLA's HLO verifier, ``xla/service/hlo_verifier.cc``).
-    """
-    if op.endswith("-start") and op != "all-reduce-start":
-        parts = _elements(type_str)
-        return parts[1] if len(parts) >= 2 else parts[0]
-    return type_str
+# the same line grammar as shardbook.hlo
+from .hlo import _COMP_RE, _INSTR_RE, _result_type  # noqa: E402,F401
 
 
 def read_collectives(compiled_or_text) -> list[dict]:

@@ -81,6 +81,44 @@ def _loop_bodies(text: str) -> set[str]:
     return seen
 
 
+def _split_top(s: str) -> list[str]:
+    """Split ``s`` at commas that are not inside (), [] or {}."""
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    return parts
+
+
+def _elements(type_str: str) -> list[str]:
+    t = type_str.strip()
+    if t.startswith("(") and t.endswith(")"):
+        return _split_top(t[1:-1])
+    return [t]
+
+
+def _result_type(op: str, type_str: str) -> str:
+    """The part of an instruction's type that is the collective's *result*.
+
+    ``all-gather-start``, ``reduce-scatter-start``, ``all-to-all-start`` and
+    ``collective-permute-start`` return ``(operands, results[, context])``; ``all-reduce-start``
+    returns the results only (XLA's HLO verifier, ``xla/service/hlo_verifier.cc``).
+    """
+    if op.endswith("-start") and op != "all-reduce-start":
+        parts = _elements(type_str)
+        return parts[1] if len(parts) >= 2 else parts[0]
+    return type_str
+
+
 def collectives(compiled_or_text) -> list[Collective]:
     """Every collective instruction in a compiled program, in program order."""
     text = _text(compiled_or_text)
@@ -98,10 +136,9 @@ def collectives(compiled_or_text) -> list[Collective]:
         base = op[: -len("-start")] if op.endswith("-start") else op
         if base not in COLLECTIVES:
             continue
-        shapes, nbytes = _shape_bytes(type_str)
-        if op.endswith("-start") and len(shapes) >= 2:
-            # async start returns (operand, result[, ...]); count the result only
-            shapes, nbytes = (shapes[-1],), _shape_bytes(f"{shapes[-1][0]}[{','.join(map(str, shapes[-1][1]))}]")[1]
+        # an async start (XLA:GPU) returns (operands, results[, context]): count the results,
+        # all of them when several collectives were combined into one
+        shapes, nbytes = _shape_bytes(_result_type(op, type_str))
         out.append(Collective(base, current, current in per_step, tuple(shapes), nbytes))
     return out
 

@@ -198,3 +198,19 @@ def test_byte_axis_ticks_are_round_powers_of_ten():
     assert ticks == [1e4, 1e5, 1e6]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["10 kB", "100 kB", "1 MB"]
     plt.close("all")
+
+
+def test_hlo_counts_every_result_of_an_async_combined_collective():
+    """XLA:GPU's async starts return (operands, results[, context]); combined ones carry
+    several results.  Counting only one shape under-reports the bytes (seen on H200)."""
+    from shardbook import hlo
+
+    text = """ENTRY %main (p: f32[8]) -> f32[8] {
+  %ags = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-start(pred[420]{0} %a, pred[105]{0} %b), channel_id=1
+  %ars = (f32[4,32]{1,0}, f32[32,32]{1,0}) all-reduce-start(f32[4,32]{1,0} %x, f32[32,32]{1,0} %y), channel_id=2
+  %cps = (f32[8]{0}, f32[8]{0}, u32[], u32[]) collective-permute-start(f32[8]{0} %z), channel_id=3
+}"""
+    cs = hlo.collectives(text)
+    assert [(c.op, c.nbytes) for c in cs] == [
+        ("all-gather", 3360 + 840), ("all-reduce", 4 * (4 * 32 + 32 * 32)),
+        ("collective-permute", 32)]
