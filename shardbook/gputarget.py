@@ -57,7 +57,6 @@ TARGETS = {"h200": ("h200.txtpb", "NVIDIA H200"), "h100_sxm": ("h100_sxm.txtpb",
 _ALIASES = {"h100": "h100_sxm", "h100-sxm": "h100_sxm", "h100 sxm": "h100_sxm"}
 
 _MARK = "@@gputarget-json@@"
-_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
 
 class GpuTargetError(RuntimeError):
@@ -254,7 +253,7 @@ class Target:
 
 # -------------------------------------------------------------------- reading the program
 # the same line grammar as shardbook.hlo
-from .hlo import _COMP_RE, _INSTR_RE, _result_type  # noqa: E402,F401
+from .hlo import _COMP_RE, _INSTR_RE  # noqa: E402
 
 
 def read_collectives(compiled_or_text) -> list[dict]:
@@ -308,23 +307,12 @@ def read_collectives(compiled_or_text) -> list[dict]:
     async_comps = set().union(*[reach(c) for c in async_calls]) if async_calls else set()
     per_step = hlo._loop_bodies(text)
 
-    out, current = [], None
-    for line in text.splitlines():
-        m = _COMP_RE.match(line)
-        if m:
-            current = m.group(1)
-            continue
-        m = _INSTR_RE.match(line)
-        if not m:
-            continue
-        type_str, op = m.group(2), m.group(3)
-        base = op[: -len("-start")] if op.endswith("-start") else op
-        if base not in _COLLECTIVES:
-            continue
-        shapes, nbytes = hlo._shape_bytes(_result_type(op, type_str))
+    out = []
+    for current, base, started, shapes, nbytes in hlo.iter_collectives(text):
         out.append(dict(
-            op=base, async_=op.endswith("-start") or current in async_comps, computation=current,
-            loop=loop_of.get(current), per_step=current in per_step, backward=backward_of.get(current, False),
+            op=base, async_=started or current in async_comps, computation=current,
+            loop=loop_of.get(current), per_step=current in per_step,
+            backward=backward_of.get(current, False),
             shapes=[f"{d}[{','.join(map(str, s))}]" for d, s in shapes], nbytes=int(nbytes)))
     for c in out:  # 'async' is a keyword; keep both spellings for readers of the JSON
         c["async"] = c.pop("async_")

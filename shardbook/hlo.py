@@ -119,11 +119,14 @@ def _result_type(op: str, type_str: str) -> str:
     return type_str
 
 
-def collectives(compiled_or_text) -> list[Collective]:
-    """Every collective instruction in a compiled program, in program order."""
-    text = _text(compiled_or_text)
-    per_step = _loop_bodies(text)
-    out, current = [], "?"
+def iter_collectives(text: str):
+    """``(computation, op, is_async_start, shapes, nbytes)`` for each collective line.
+
+    ``op`` has any ``-start`` folded in.  An async start (XLA:GPU) returns
+    ``(operands, results[, context])``: the bytes are those of the results, all of them
+    when several collectives were combined into one.
+    """
+    current = "?"
     for line in text.splitlines():
         m = _COMP_RE.match(line)
         if m:
@@ -132,15 +135,20 @@ def collectives(compiled_or_text) -> list[Collective]:
         m = _INSTR_RE.match(line)
         if not m:
             continue
-        _, type_str, op = m.group(1), m.group(2), m.group(3)
+        type_str, op = m.group(2), m.group(3)
         base = op[: -len("-start")] if op.endswith("-start") else op
         if base not in COLLECTIVES:
             continue
-        # an async start (XLA:GPU) returns (operands, results[, context]): count the results,
-        # all of them when several collectives were combined into one
         shapes, nbytes = _shape_bytes(_result_type(op, type_str))
-        out.append(Collective(base, current, current in per_step, tuple(shapes), nbytes))
-    return out
+        yield current, base, op.endswith("-start"), shapes, nbytes
+
+
+def collectives(compiled_or_text) -> list[Collective]:
+    """Every collective instruction in a compiled program, in program order."""
+    text = _text(compiled_or_text)
+    per_step = _loop_bodies(text)
+    return [Collective(base, comp, comp in per_step, tuple(shapes), nbytes)
+            for comp, base, _, shapes, nbytes in iter_collectives(text)]
 
 
 def count(compiled_or_text, per_step: bool | None = None) -> Counter:
