@@ -277,7 +277,7 @@ def test_bernoulli_graph_is_the_benchmarks_and_shards():
     assert degree.std() > 2  # not a fixed in-degree
     g_i = np.asarray(nets[1].I2E.syn.g.value)
     assert abs(g_i.mean() - coba.GI0_MEAN) < 20 and g_i.std() > 60  # the randomised start
-    outs = {k: coba.Simulation(net, record=("spike",)).run(200) for k, net in nets.items()}
+    outs = {k: coba.Simulation(net, record=("spike",)).run(100) for k, net in nets.items()}
     for name in ("E.spike", "I.spike"):
         np.testing.assert_array_equal(np.asarray(outs[N][name]), np.asarray(outs[1][name]))
     assert np.asarray(outs[1]["E.spike"]).sum() > 0
