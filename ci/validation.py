@@ -52,7 +52,8 @@ def write() -> None:
              "the fresh output before comparing:", "",
              "| sanitizer | pattern | becomes |", "| --- | --- | --- |"]
     for name, regex, repl in sanitizers():
-        lines.append(f"| {name} | `{regex}` | `{repl}` |")
+        cell = regex.replace("|", "\\|")   # a pipe would end the table cell
+        lines.append(f"| {name} | `{cell}` | `{repl}` |")
     cells = ignored_cells()
     lines += ["", "Cells whose output is not compared at all (tag `nbval-ignore-output`; the "
               "cell still runs, and its asserts still hold):", ""]
