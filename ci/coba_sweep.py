@@ -11,7 +11,7 @@ count) of the benchmark as published and of the book's fixed in-degree variant, 
 Scale 1 is 4200 neurons (3360 E + 840 I) with 80 inputs per neuron; scale s has 4200 s neurons
 and the same in-degree.  Every size runs on all devices JAX finds (all GPUs; on CPU,
 $BOOK_NUM_DEVICES simulated devices), with exactly the model code of the book
-(shardbook/coba.py, index connectivity split along the neuron axis).
+(shardbook/coba/, index connectivity split along the neuron axis).
 
 Each size runs in its own child process, so that its peak device memory
 (memory_stats()['peak_bytes_in_use']) is its own and an out-of-memory crash ends one size, not
