@@ -3,7 +3,7 @@
 # interface only: the CI check of the MPI recipes (chapter 5a; tests/test_recipes.py).
 #
 #   recipes/mpirun_cpu_loopback.sh [run_coba.py options...]
-#   recipes/mpirun_cpu_loopback.sh --scale 0.5 --steps 100 --raster-dir /tmp/rasters
+#   recipes/mpirun_cpu_loopback.sh --scale 0.5 --steps 100 --raster-dir rasters
 #
 # Run it from the repository root with the book's .venv on PATH.  Each rank has
 # DEVICES_PER_RANK (default 4) simulated CPU devices, so the mesh spans 2 x 4 devices.
