@@ -26,7 +26,7 @@ _CARRIAGE_RETURN = re.compile(r".*\r(?=[^\n])")
 _HREF = re.compile(r"""href=(["'])(?![a-z][a-z0-9+.-]*:|/|#)([^"']+)\1""")
 
 
-def _dedupe_inline_scripts(context: dict) -> None:
+def dedupe_inline_scripts(context: dict) -> None:
     files = context.get("script_files")
     if not files:
         return
@@ -41,7 +41,7 @@ def _dedupe_inline_scripts(context: dict) -> None:
     context["script_files"] = kept
 
 
-def _footer_links_from_root(context: dict) -> None:
+def footer_links_from_root(context: dict) -> None:
     footer = context.get("theme_extra_footer")
     pathto = context.get("pathto")
     if not footer or pathto is None:
@@ -79,16 +79,17 @@ def merge_neighbouring_streams(outputs: list) -> list:
 
 
 def on_page(app, pagename, templatename, context, doctree):
-    _dedupe_inline_scripts(context)
-    _footer_links_from_root(context)
+    dedupe_inline_scripts(context)
+    footer_links_from_root(context)
 
 
 def setup(app):
-    import myst_nb.core.render as render  # pinned: myst-nb 1.4.0
+    from shardbook.private import PrivateAPIError, replace_mystnb_stream_merge
 
-    if not hasattr(render, "coalesce_streams"):
-        raise ExtensionError("site_fixes: myst_nb.core.render.coalesce_streams is gone")
-    render.coalesce_streams = merge_neighbouring_streams
+    try:  # a private name of myst-nb 1.4.0, quarantined in shardbook/private.py
+        replace_mystnb_stream_merge(merge_neighbouring_streams)
+    except PrivateAPIError as e:
+        raise ExtensionError(f"site_fixes: {e}") from e
     # After the theme and the extensions have filled the page context.
     app.connect("html-page-context", on_page, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -213,42 +213,36 @@ class Target:
     def bm_step(self, step, *args, resize=None):
         """A BrainPy ``bm.jit`` function as ``(plain jax.jit, (state_values, *args))``.
 
-        ``step.jitted_fun`` is a plain ``jax.jit`` of ``(state_values, *args)``, and
-        ``step.stateful_fun.get_state_trace(*args).get_state_values()`` gives the state values
-        in its order (brainstate ``transform/_jit.py``).  ``resize``: a function of a state's
-        shape that gives the shape to compile for; the state then holds a zero-memory
-        stand-in of that shape (``np.broadcast_to``) while it is traced.  Shardings the model
-        keeps as attributes must point at :meth:`mesh` before this call: it traces.
+        A ``bm.jit`` function holds a plain ``jax.jit`` of ``(state_values, *args)``
+        (brainstate ``transform/_jit.py``; read through :func:`shardbook.private.bm_jit_parts`).
+        ``resize``: a function of a state's shape that gives the shape to compile for; the
+        state then holds a zero-memory stand-in of that shape (``np.broadcast_to``) while it
+        is traced.  Shardings the model keeps must point at :meth:`mesh` before this call:
+        it traces.
         """
-        import numpy as np
+        from . import private
 
+        specs = {}
         if resize is not None:
-            self._resize_states(step, args, resize)
-        trace = step.stateful_fun.get_state_trace(*args)
-        values = trace.get_state_values()
-        specs = getattr(self, "_resized_specs", {})
-        shapes = [np.shape(v) for v in values]
-        shardings = [specs.get(id(s), getattr(v, "sharding", None)) for s, v in zip(trace.states, values)]
-        structs = tuple(self._struct_like(v, shape, sh) for v, shape, sh in zip(values, shapes, shardings))
-        return step.jitted_fun, (structs, *args)
+            import numpy as np
 
-    def _struct_like(self, value, shape, sharding):
+            def stand_in(state, old):
+                specs[id(state)] = getattr(old, "sharding", None)
+                shape = tuple(resize(tuple(np.shape(old))))
+                return np.broadcast_to(np.zeros((), np.dtype(old.dtype)), shape)
+
+            private.replace_state_values(step, args, stand_in)
+        jitted, states, values = private.bm_jit_parts(step, *args)
+        structs = tuple(self._struct_like(v, specs.get(id(s), getattr(v, "sharding", None)))
+                        for s, v in zip(states, values))
+        return jitted, (structs, *args)
+
+    def _struct_like(self, value, sharding):
+        import numpy as np
         from jax.sharding import NamedSharding
 
         spec = sharding.spec if isinstance(sharding, NamedSharding) else None
-        return self.struct(shape, value.dtype, spec)
-
-    def _resize_states(self, step, args, resize):
-        import numpy as np
-
-        trace = step.stateful_fun.get_state_trace(*args)  # which states the step touches
-        self._resized_specs = {}
-        for state in trace.states:
-            old = state._value
-            new_shape = tuple(resize(tuple(np.shape(old))))
-            self._resized_specs[id(state)] = getattr(old, "sharding", None)
-            state._value = np.broadcast_to(np.zeros((), np.dtype(old.dtype)), new_shape)  # no memory
-        step.stateful_fun.clear_cache()
+        return self.struct(np.shape(value), value.dtype, spec)
 
 
 # -------------------------------------------------------------------- reading the program

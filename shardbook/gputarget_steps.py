@@ -155,7 +155,7 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
     sim = coba.Simulation(net, record=record)
     idx = target.struct((steps,), jnp.int32, P())
     if neurons is None:
-        return target.bm_step(sim._jit, idx)
+        return target.bm_step(sim.loop, idx)
     if neurons % 4200:
         raise ValueError(f"neurons must be a multiple of 4200, got {neurons}")
     small = coba.sizes(_SMALL_SCALE)
@@ -167,7 +167,7 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return target.bm_step(sim._jit, idx, resize=resize)
+        return target.bm_step(sim.loop, idx, resize=resize)
 
 
 # ------------------------------------------------------------------ the patterns, per compiler

@@ -36,10 +36,10 @@ def values(state):
 class NoisySimulation(coba.Simulation):
     """The network plus a small noise current drawn from BrainPy's global key each step."""
 
-    def _step(self, i):
+    def step_body(self, i):
         for pop in self.net.populations.values():
             pop.V.value = pop.V.value + 0.5 * bm.random.normal(size=pop.num)
-        return super()._step(i)
+        return super().step_body(i)
 
 
 def spikes(out):

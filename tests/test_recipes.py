@@ -107,14 +107,9 @@ def test_mpirun_script():
 
 # -- what JAX 0.10.2 detects (the recipes' comments must be true) -------------------------
 def _detect(monkeypatch, env):
-    from jax._src import clusters
+    from shardbook import book
 
-    for k in list(os.environ):
-        if k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR", "PMIX_")):
-            monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    return clusters.ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, None, 300)
+    return book.private.detect_cluster(env)
 
 
 def test_jax_detects_slurm(monkeypatch):
@@ -362,11 +357,12 @@ def test_jax_mpi4py_detector_under_mpiexec(tmp_path):
     """JAX's opt-in mpi4py detector works with MPICH, and names the host, not 127.0.0.1."""
     script = tmp_path / "detect.py"
     script.write_text(
-        "import json, socket\n"
-        "from shardbook import jax_private\n"
-        "addr, n, pid, local = jax_private.detect_cluster({}, method='mpi4py')\n"
-        "print('DETECTED ' + json.dumps(dict(addr=addr, n=n, pid=pid,"
-        " host=socket.gethostname())), flush=True)\n")
+        "import json, socket, sys\n"
+        "from shardbook import book\n"
+        "addr, n, pid, local = book.private.detect_cluster({}, method='mpi4py')\n"
+        "line = json.dumps(dict(addr=addr, n=n, pid=pid, host=socket.gethostname()))\n"
+        "sys.stdout.write('DETECTED ' + line + '\\n')  # one write: lines never interleave\n"
+        "sys.stdout.flush()\n")
     from shardbook.multiprocess import child_env
 
     env = child_env(dict(FI_PROVIDER="shm"))
@@ -376,8 +372,7 @@ def test_jax_mpi4py_detector_under_mpiexec(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     import json
 
-    found = [json.loads(ln.split(" ", 1)[1]) for ln in r.stdout.splitlines()
-             if ln.startswith("DETECTED ")]
+    found = [json.loads(m) for m in re.findall(r"DETECTED (\{[^}]*\})", r.stdout)]
     assert sorted(d["pid"] for d in found) == [0, 1]
     assert all(d["n"] == 2 for d in found)
     # the coordinator is rank 0's host name, on a port derived from its hash: on a

@@ -176,7 +176,7 @@ def test_inline_scripts_are_written_once():
     files = [_JavaScript("a.js"), _JavaScript(None, body=body),
              _JavaScript("", body=body), _JavaScript("a.js"), _JavaScript("b.js")]
     context = {"script_files": files}
-    site_fixes._dedupe_inline_scripts(context)
+    site_fixes.dedupe_inline_scripts(context)
     assert [j.filename for j in context["script_files"]] == ["a.js", None, "a.js",
                                                               "b.js"]
 
@@ -189,7 +189,7 @@ def test_footer_links_are_relative_to_the_site_root():
     context = {"theme_extra_footer": "see <a href='book/record.html'>it</a>, "
                "<a href=\"https://x.org/a\">x</a> <a href='#top'>top</a>",
                "pathto": pathto}
-    site_fixes._footer_links_from_root(context)
+    site_fixes.footer_links_from_root(context)
     footer = context["theme_extra_footer"]
     assert "href='../book/record.html'" in footer
     assert 'href="https://x.org/a"' in footer and "href='#top'" in footer

@@ -30,11 +30,13 @@ class Simulation:
             for name, pop in net.populations.items():
                 zeros = jax.jit(_zeros_of, static_argnums=(1, 2), out_shardings=pop.spike.value.sharding)
                 self.counts[name] = bm.Variable(zeros(jax.random.PRNGKey(0), pop.num, jnp.dtype(jnp.int32)))
-        self._jit = bm.jit(self._loop)
+        # the compiled time loop: loop(step_indices) runs one step per index
+        self.loop = bm.jit(self._loop)
         self.compiled = {}
         self.compile_s = {}
 
-    def _step(self, i):
+    def step_body(self, i):
+        """One time step (the loop's body): override it to add to every step."""
         spikes = self.net.step_run(i)
         out = {}
         for name, pop in self.net.populations.items():
@@ -49,20 +51,20 @@ class Simulation:
         return out
 
     def _loop(self, indices):
-        return bm.for_loop(self._step, indices)
+        return bm.for_loop(self.step_body, indices)
 
     def compile(self, steps: int):
         """Lower and compile a ``steps``-long chunk (once per length); returns the compiled program."""
         if steps not in self.compiled:
             t0 = time.perf_counter()
-            self.compiled[steps] = self._jit.compile(np.arange(steps))
+            self.compiled[steps] = self.loop.compile(np.arange(steps))
             self.compile_s[steps] = time.perf_counter() - t0
         return self.compiled[steps]
 
     def run(self, steps: int) -> dict:
         """Advance ``steps`` time steps; returns the recorded arrays (still on the devices)."""
         self.compile(steps)
-        out = self._jit(np.arange(self.t, self.t + steps))
+        out = self.loop(np.arange(self.t, self.t + steps))
         # wait for the whole program: with nothing recorded, only the new state says it is done
         jax.block_until_ready((out, [pop.V.value for pop in self.net.populations.values()]))
         self.t += steps

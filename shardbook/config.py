@@ -1,0 +1,109 @@
+"""The chapter configurations: every size and mesh a chapter uses, in one place.
+
+A size that a mesh axis splits must divide by that axis.  The book's sizes are
+multiples of 840 = lcm(1..8), so every device count from 1 to 8 divides them and the
+canonical outputs (8 simulated devices) use them unchanged.  On any other count
+(9, 11, 16, 32, ...) :func:`config` rounds each split size up to the next multiple of
+its axis (:func:`shardbook.devices.divisible_size`) instead of failing with
+``IndivisibleError``; a size that no axis splits stays as it is.
+
+Every notebook, test, builder and script takes its sizes from here::
+
+    cfg = config("ch3")            # for the devices the lessons run on
+    cfg.H, cfg.B, cfg.mesh_2d      # 840, 8, (2, 4) on 8 devices
+    config("ch3", n=32).H          # 864: 32 divides it
+
+This module imports neither JAX nor BrainPy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .devices import divisible_size, mesh_shape_2d
+
+__all__ = ["Config", "config", "CHAPTERS"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One chapter's sizes for ``n`` devices.  Read sizes as attributes (``cfg.H``)."""
+
+    name: str
+    n: int
+    values: dict = field(default_factory=dict)
+    why: str = ""
+
+    def __getattr__(self, key):
+        values = object.__getattribute__(self, "values")
+        if key in values:
+            return values[key]
+        raise AttributeError(
+            f"configuration {object.__getattribute__(self, 'name')!r} has no size {key!r}; "
+            f"it has {', '.join(values)}")
+
+    def asdict(self) -> dict:
+        """The sizes as a plain dict (for keyword arguments and JSON)."""
+        return dict(self.values)
+
+    def changed(self) -> dict:
+        """The sizes that differ from the canonical ones (those of 8 devices)."""
+        base = config(self.name, 8).values
+        return {k: v for k, v in self.values.items() if base.get(k) != v}
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{k}={v!r}" for k, v in self.values.items())
+        return f"Config({self.name!r}, n={self.n}: {body})"
+
+
+def _lesson_count() -> int:
+    from .devices import lesson_devices
+
+    return len(lesson_devices())
+
+
+# Each chapter: a function of the device count n that returns its sizes.  Names follow
+# the chapters' prose: B batch, T time steps, I inputs, H hidden units, O outputs.
+def _ch1(n):
+    return dict(rows=divisible_size(16, n), cols=6,
+                batch=divisible_size(840, n), time=840, feature=3, square=840)
+
+
+def _ch2(n):      # data parallelism: the batch split n ways
+    return dict(B=divisible_size(840, n), T=50, I=4, H=32, O=2, lr=1e-2)
+
+
+def _ch3(n):      # the hidden axis split n ways (1-D), or (b, h) ways (2-D)
+    b, h = mesh_shape_2d(n)
+    return dict(B=divisible_size(8, b), T=20, I=8, H=divisible_size(840, n), O=8,
+                lr=1e-3, mesh_2d=(b, h))
+
+
+def _fsdp(n):     # a small MLP whose weights are stored split over 'batch'
+    return dict(B=divisible_size(840, n), D=divisible_size(1680, n), layers=3)
+
+
+def _ch4(n):      # COBA-HH: scale s has 3360 s E + 840 s I neurons, split n ways
+    from math import gcd
+
+    scale = n // gcd(840, n)    # the least scale whose 840 s divides by n: 1 for n <= 8
+    return dict(scale=scale, exc=3360 * scale, inh=840 * scale)
+
+
+def _ch5a(n):     # the multi-process RNN: chapter 3's sizes, over processes x devices
+    return dict(num_in=8, hidden=divisible_size(840, n), num_out=8, batch=8, time=20,
+                steps=3, lr=1e-3, seed=0)
+
+
+CHAPTERS = {"ch1": _ch1, "ch2": _ch2, "ch3": _ch3, "fsdp": _fsdp, "ch4": _ch4,
+            "ch5a": _ch5a}
+
+
+def config(name: str, n: int | None = None) -> Config:
+    """The configuration ``name`` for ``n`` devices (default: the lesson devices)."""
+    if name not in CHAPTERS:
+        raise KeyError(f"no configuration {name!r}; known: {', '.join(CHAPTERS)}")
+    if n is None:
+        n = _lesson_count()
+    if n < 1:
+        raise ValueError(f"a device count is at least 1, got {n}")
+    return Config(name, n, CHAPTERS[name](n))

@@ -1,0 +1,222 @@
+"""Every private internal of JAX, brainstate, Orbax and myst-nb that the book touches.
+
+The book uses public APIs wherever they exist: ``jax.distributed.initialize`` with
+``coordinator_address``, ``coordinator_bind_address``, ``num_processes``,
+``process_id``, ``initialization_timeout`` and ``cluster_detection_method``; the
+``jax_num_cpu_devices`` and ``jax_cpu_collectives_implementation`` options;
+``jax.experimental.multihost_utils``; ``jax.monitoring`` (to count compilations);
+Orbax's ``CheckpointManager``.  What no public API offers is below, and nowhere else:
+``tests/test_private.py`` greps every file of the repository (package, notebooks,
+tests, ci, recipes, ``_ext``) for private names outside this module.  Each function
+checks, before it touches anything, that the installed version is the one the book
+pins, and otherwise fails with a message that names the pinned version, instead of
+misbehaving quietly.
+
+Touch points:
+
+1. :func:`gloo_on_loopback`: ``jax._src.distributed.global_state``,
+   ``jax._src.xla_bridge.register_backend_factory`` and ``make_cpu_client``, and
+   ``jax._src.lib._jax.make_gloo_tcp_collectives(hostname=...)``.  JAX 0.10.2 makes
+   Gloo listen on the address of the machine's host name; only this passes
+   ``127.0.0.1``.
+2. :func:`cluster_types`, :func:`detector_variables` and :func:`detect_cluster`:
+   ``jax._src.clusters``, read only: which launcher variables
+   ``jax.distributed.initialize()`` reads.
+3. :func:`orbax_reads_recorded` and :data:`ORBAX_KILL_BEFORE_COMMIT`: Orbax's
+   ``_src.serialization.serialization._read_shard`` and
+   ``_src.path.atomicity.AtomicRenameTemporaryPath.finalize`` (chapter 5b's two
+   demonstrations: what a restore reads, and a save killed before its commit).
+4. :func:`bm_jit_parts`, :func:`replace_state_values`: brainstate 0.5.4's jit wrapper
+   (``transform/_jit.py``): the plain ``jax.jit`` inside a ``bm.jit`` function, the
+   states it reads (``StatefulFunction.get_state_trace``), and a state's stored value
+   (``State._value``), so that a BrainPy step can be compiled for a GPU target with
+   abstract inputs (``shardbook.gputarget``).
+5. :func:`replace_mystnb_stream_merge`: myst-nb 1.4.0's
+   ``myst_nb.core.render.coalesce_streams`` (``_ext/site_fixes.py``).
+
+This module imports nothing from JAX at import time.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from unittest import mock
+
+__all__ = ["PINNED_JAX", "PINNED_ORBAX", "PINNED_BRAINSTATE", "PINNED_MYSTNB",
+           "PrivateAPIError", "installed", "require", "require_jax", "gloo_on_loopback",
+           "cluster_types", "detector_variables", "detect_cluster", "orbax_reads_recorded",
+           "ORBAX_KILL_BEFORE_COMMIT", "bm_jit_parts", "replace_state_values",
+           "replace_mystnb_stream_merge"]
+
+PINNED_JAX = "0.10.2"
+PINNED_ORBAX = "0.12.8"
+PINNED_BRAINSTATE = "0.5.4"
+PINNED_MYSTNB = "1.4.0"
+
+
+class PrivateAPIError(RuntimeError):
+    """The installed JAX or Orbax is not the version whose internals this code reads."""
+
+
+def installed(package: str) -> str:
+    """The installed version of ``package``."""
+    from importlib.metadata import version
+
+    return version(package)
+
+
+def require(package: str, pinned: str, what: str) -> None:
+    """Fail clearly unless ``package`` is at the ``pinned`` version."""
+    have = installed(package)
+    if have != pinned:
+        raise PrivateAPIError(
+            f"{what} uses private internals of {package} {pinned}, the version this book "
+            f"pins (requirements.txt); {have} is installed. Install {package}=={pinned}, "
+            f"or check shardbook/jax_private.py against {package} {have}.")
+
+
+def require_jax(what: str) -> None:
+    require("jax", PINNED_JAX, what)
+
+
+# ----------------------------------------------------------------------- 1. Gloo
+def gloo_on_loopback(address: str = "127.0.0.1") -> None:
+    """Make the CPU collectives between processes (Gloo over TCP) listen on ``address``.
+
+    Call after ``jax.distributed.initialize`` and before the backend starts.  By default
+    Gloo listens on the address that the host name resolves to, which may be a public
+    interface.  jaxlib's ``make_gloo_tcp_collectives`` takes a ``hostname``, but JAX
+    0.10.2 has no option to pass it, so we register a CPU backend factory that does
+    (``make_cpu_client(collectives=...)``, ``jax/_src/xla_bridge.py``).
+    """
+    require_jax("gloo_on_loopback")
+    from jax._src import distributed, xla_bridge
+    from jax._src.lib import _jax
+
+    def cpu_client():
+        gloo = _jax.make_gloo_tcp_collectives(
+            distributed_client=distributed.global_state.client, hostname=address)
+        return xla_bridge.make_cpu_client(collectives=gloo)
+
+    xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
+
+
+# ------------------------------------------------------------ 2. cluster detection
+_LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMIX_", "JAX_COORD")
+
+
+def cluster_types() -> list[tuple[str, bool]]:
+    """(name, opt-in only) of each cluster detector, in the order JAX tries them."""
+    require_jax("cluster_types")
+    from jax._src import clusters
+
+    return [(c.__name__, bool(c.opt_in_only_method)) for c in clusters.ClusterEnv._cluster_types]
+
+
+def detector_variables() -> dict[str, list[str]]:
+    """The environment variables that JAX's SLURM and Open MPI detectors read."""
+    require_jax("detector_variables")
+    import inspect
+
+    from jax._src.clusters import ompi_cluster, slurm_cluster
+
+    def names(module, cls):
+        used = inspect.getsource(cls)
+        return [v for k, v in vars(module).items()
+                if k.startswith("_") and k[1:].isupper() and isinstance(v, str) and k in used]
+
+    return {"SLURM": names(slurm_cluster, slurm_cluster.SlurmCluster),
+            "Open MPI": names(ompi_cluster, ompi_cluster.OmpiCluster)}
+
+
+def detect_cluster(env: dict, method: str | None = None):
+    """What ``jax.distributed.initialize()`` would use with the launcher variables ``env``.
+
+    Returns (coordinator_address, num_processes, process_id, local_device_ids).  The
+    launcher variables of this process are hidden; nothing is started.
+    """
+    require_jax("detect_cluster")
+    from jax._src import clusters
+
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    with mock.patch.dict(os.environ, {**keep, **env}, clear=True):
+        return clusters.ClusterEnv.auto_detect_unset_distributed_params(
+            None, None, None, None, method, 300)
+
+
+# ------------------------------------------------------------------- 3. Orbax
+@contextlib.contextmanager
+def orbax_reads_recorded():
+    """Record the shape of every piece Orbax reads from disk while the block runs."""
+    require("orbax-checkpoint", PINNED_ORBAX, "orbax_reads_recorded")
+    from orbax.checkpoint._src.serialization import serialization
+
+    shapes, original = [], serialization._read_shard
+
+    async def spy(*args, new_shard_shape, **kwargs):
+        shapes.append(tuple(new_shard_shape))
+        return await original(*args, new_shard_shape=new_shard_shape, **kwargs)
+
+    serialization._read_shard = spy
+    try:
+        yield shapes
+    finally:
+        serialization._read_shard = original
+
+
+ORBAX_KILL_BEFORE_COMMIT = f'''
+import os, signal
+from importlib.metadata import version
+assert version("orbax-checkpoint") == "{PINNED_ORBAX}", (
+    "this demonstration patches Orbax {PINNED_ORBAX} internals; "
+    + version("orbax-checkpoint") + " is installed")
+from orbax.checkpoint._src.path import atomicity
+
+finalize = atomicity.AtomicRenameTemporaryPath.finalize
+async def killed_before_commit(self):
+    if self.get_final().name.isdigit():      # the step directory: die instead of committing
+        os.kill(os.getpid(), signal.SIGKILL)
+    await finalize(self)                     # the item inside it finalizes as usual
+atomicity.AtomicRenameTemporaryPath.finalize = killed_before_commit
+'''
+"""Python source that makes the next Orbax save die just before its commit (5b)."""
+
+
+# -------------------------------------------------------------- 4. brainstate's jit
+def bm_jit_parts(step, *args):
+    """``(jitted, states, values)`` of a ``bm.jit`` function called with ``args``.
+
+    ``jitted`` is the plain ``jax.jit`` of ``(state_values, *args)`` inside it,
+    ``states`` the brainstate states the step reads and writes, in that order, and
+    ``values`` their current values.
+    """
+    require("brainstate", PINNED_BRAINSTATE, "bm_jit_parts")
+    trace = step.stateful_fun.get_state_trace(*args)
+    return step.jitted_fun, list(trace.states), list(trace.get_state_values())
+
+
+def replace_state_values(step, args, make) -> list:
+    """Give every state of ``step`` the value ``make(state, old_value)``, for good.
+
+    Used to trace a step at another size than the one built: ``make`` returns a
+    zero-memory stand-in (``np.broadcast_to``) of the shape to compile for.  The
+    step's trace cache is cleared, so the next trace sees the new shapes.  Returns the
+    states.  The model is not usable for running afterwards.
+    """
+    require("brainstate", PINNED_BRAINSTATE, "replace_state_values")
+    states = list(step.stateful_fun.get_state_trace(*args).states)
+    for state in states:
+        state._value = make(state, state._value)
+    step.stateful_fun.clear_cache()
+    return states
+
+
+# ------------------------------------------------------------------- 5. myst-nb
+def replace_mystnb_stream_merge(merge) -> None:
+    """Make myst-nb merge a cell's stream outputs with ``merge(outputs)``."""
+    require("myst-nb", PINNED_MYSTNB, "replace_mystnb_stream_merge")
+    import myst_nb.core.render as render
+
+    if not hasattr(render, "coalesce_streams"):
+        raise PrivateAPIError("myst_nb.core.render.coalesce_streams is gone")
+    render.coalesce_streams = merge

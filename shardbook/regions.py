@@ -1,0 +1,116 @@
+"""Named regions of the package's source, for the chapters to show.
+
+A chapter that shows code from ``shardbook`` names the region; it never cuts source by
+searching for a string, so reformatting a helper cannot change what a chapter shows
+without a test noticing.  A region is marked in the source with two comment lines::
+
+    # region: rnn.state
+    self.state = bp.init.variable(...)
+    # endregion
+
+The marker lines are not shown.  Regions may nest; a region's text has the markers of
+the regions inside it removed.  Names are unique across the package
+(``tests/test_regions.py`` checks that every region a notebook names exists, and that
+every marker is closed).  This module imports neither JAX nor BrainPy.
+"""
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Region", "RegionError", "regions", "region", "show"]
+
+PACKAGE = Path(__file__).resolve().parent
+_OPEN = re.compile(r"^\s*# region: ([\w.\-]+)\s*$")
+_CLOSE = re.compile(r"^\s*# endregion\s*$")
+
+
+class RegionError(KeyError):
+    """A region that does not exist, or markers that do not match."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; this one reads as text
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    path: Path      # the file, relative to the package's parent folder
+    first: int      # first line shown (1-based, after the opening marker)
+    last: int       # last line shown
+    text: str       # the source, dedented, inner markers removed
+
+
+def _scan(path: Path) -> list[Region]:
+    lines = path.read_text().splitlines()
+    stack, found = [], []
+    rel = path.relative_to(PACKAGE.parent)
+    for i, line in enumerate(lines, start=1):
+        m = _OPEN.match(line)
+        if m:
+            stack.append((m.group(1), i))
+            continue
+        if _CLOSE.match(line):
+            if not stack:
+                raise RegionError(f"{rel}:{i}: '# endregion' without '# region: NAME'")
+            name, start = stack.pop()
+            body = [ln for ln in lines[start:i - 1]
+                    if not (_OPEN.match(ln) or _CLOSE.match(ln))]
+            text = textwrap.dedent("\n".join(body)).strip("\n")
+            if not text.strip():
+                raise RegionError(f"{rel}:{start}: region {name!r} is empty")
+            found.append(Region(name, rel, start + 1, i - 1, text))
+    if stack:
+        name, start = stack[-1]
+        raise RegionError(f"{rel}:{start}: region {name!r} is never closed")
+    return found
+
+
+_CACHE: dict = {}
+
+
+def regions() -> dict[str, Region]:
+    """Every region of the package, by name (read once per process)."""
+    if "all" not in _CACHE:
+        out: dict[str, Region] = {}
+        for path in sorted(PACKAGE.rglob("*.py")):
+            for r in _scan(path):
+                if r.name in out:
+                    raise RegionError(f"region {r.name!r} is defined twice: "
+                                      f"{out[r.name].path}:{out[r.name].first} and "
+                                      f"{r.path}:{r.first}")
+                out[r.name] = r
+        _CACHE["all"] = out
+    return _CACHE["all"]
+
+
+def region(name: str) -> str:
+    """The source text of region ``name``."""
+    found = regions()
+    if name not in found:
+        import difflib
+
+        near = difflib.get_close_matches(name, list(found), n=3)
+        hint = f" Did you mean {', '.join(near)}?" if near else ""
+        raise RegionError(f"no source region named {name!r} in shardbook.{hint} Mark one "
+                          "with '# region: NAME' ... '# endregion'.")
+    return found[name].text
+
+
+def show(*names: str, title: str | None = None):
+    """The regions ``names`` as one Markdown code block, for a notebook to display.
+
+    Each region is headed by a comment naming its file, so the reader can find it.
+    """
+    from IPython.display import Markdown
+
+    if not names:
+        raise RegionError("show() needs at least one region name")
+    parts = []
+    for name in names:
+        text = region(name)
+        parts.append(f"# {regions()[name].path}\n{text}")
+    head = f"**{title}**\n\n" if title else ""
+    return Markdown(head + "```python\n" + "\n\n".join(parts) + "\n```")
