@@ -5,6 +5,9 @@ from typing import Any, Sequence
 
 from .shards import as_jax
 
+__all__ = ["device_colors", "owner_map", "plot_axis_ownership", "round_bytes",
+           "byte_axis", "legend_outside", "plot_bytes_vs_devices"]
+
 
 def device_colors(n: int):
     """One colour per device id, the same in every chapter."""

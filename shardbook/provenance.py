@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 
+__all__ = ["PACKAGES", "version", "gpu_driver", "provenance"]
+
 PACKAGES = ("jax", "jaxlib", "brainpy", "brainstate", "brainevent", "numpy")
 
 

@@ -43,10 +43,10 @@ class Region:
     text: str       # the source, dedented, inner markers removed
 
 
-def _scan(path: Path) -> list[Region]:
+def _scan(path: Path, package: Path) -> list[Region]:
     lines = path.read_text().splitlines()
     stack, found = [], []
-    rel = path.relative_to(PACKAGE.parent)
+    rel = path.relative_to(package.parent)
     for i, line in enumerate(lines, start=1):
         m = _OPEN.match(line)
         if m:
@@ -71,24 +71,29 @@ def _scan(path: Path) -> list[Region]:
 _CACHE: dict = {}
 
 
-def regions() -> dict[str, Region]:
-    """Every region of the package, by name (read once per process)."""
-    if "all" not in _CACHE:
+def regions(package=None) -> dict[str, Region]:
+    """Every region of the package (or of the folder ``package``), by name; read again
+    only when a file changed."""
+    package = Path(package) if package is not None else PACKAGE
+    files = sorted(package.rglob("*.py"))
+    key = (str(package), tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size)
+                               for f in files))
+    if key not in _CACHE:
         out: dict[str, Region] = {}
-        for path in sorted(PACKAGE.rglob("*.py")):
-            for r in _scan(path):
+        for path in files:
+            for r in _scan(path, package):
                 if r.name in out:
                     raise RegionError(f"region {r.name!r} is defined twice: "
                                       f"{out[r.name].path}:{out[r.name].first} and "
                                       f"{r.path}:{r.first}")
                 out[r.name] = r
-        _CACHE["all"] = out
-    return _CACHE["all"]
+        _CACHE[key] = out
+    return _CACHE[key]
 
 
-def region(name: str) -> str:
-    """The source text of region ``name``."""
-    found = regions()
+def region(name: str, package=None) -> str:
+    """The source text of region ``name`` (in ``package``, default shardbook)."""
+    found = regions(package)
     if name not in found:
         import difflib
 

@@ -11,6 +11,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
+__all__ = ["as_jax", "shard_rows", "shard_table", "describe", "bytes_per_device",
+           "max_bytes_per_device", "check_tiling", "check_sharding",
+           "is_replicated"]
+
 
 def as_jax(x: Any):
     """The ``jax.Array`` behind ``x``: a ``brainpy.math.Array``/``Variable`` wraps one in ``.value``."""

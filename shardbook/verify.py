@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["LOG_ENV", "isa", "Gap", "close", "identical", "VERDICT_RE"]
+
 LOG_ENV = "BOOK_GAP_LOG"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
 

@@ -8,6 +8,6 @@ import os
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ["BOOK_NUM_DEVICES"] = "4"
 
-from shardbook import setup_devices  # noqa: E402
+from shardbook import book  # noqa: E402
 
-setup_devices(verbose=False)
+book.setup_devices(verbose=False)
