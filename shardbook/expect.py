@@ -141,6 +141,23 @@ def _eval(expr: str, env: dict, where: str):
     return eval(compile(tree, "<expectation>", "eval"), {"__builtins__": {}}, env)
 
 
+class _Choose(ast.NodeTransformer):
+    """Replace ``x if c else y`` by the branch the sizes choose (for printing)."""
+
+    def __init__(self, env: dict, where: str):
+        self.env, self.where = env, where
+
+    def visit_IfExp(self, node):
+        test = _eval(ast.unparse(node.test), self.env, self.where)
+        return self.visit(node.body if test else node.orelse)
+
+
+def _shown(expr: str, env: dict, where: str) -> str:
+    """``expr`` as printed: ``"(5 if donated else 6) * P"`` -> ``"6 * P"``."""
+    tree = _Choose(env, where).visit(ast.parse(expr.strip(), mode="eval"))
+    return ast.unparse(tree)
+
+
 def _fill(value, env: dict, where: str):
     """A template filled from ``env``: ``"{H // n}"`` -> 105, ``"f32[{B},{H}]"``
     -> a string."""
@@ -270,10 +287,10 @@ def _memory_lines(e: dict, program, env: dict, where: str) -> tuple[list, list]:
         for kind, expr in bounds.items():
             limit = _fill("{" + expr + "}", env, f"{where}, memory.{key}.{kind}")
             ok = {"min": got >= limit, "max": got <= limit, "below": got < limit}[kind]
-            sign = _SIGN[kind]
-            said.append(f"{key} {sign} {expr}")
+            sign, shown = _SIGN[kind], _shown(expr, env, where)
+            said.append(f"{key} {sign} {shown}")
             if not ok:
-                bad.append(f"{key} = {got:,} B, expected {sign} {expr} = "
+                bad.append(f"{key} = {got:,} B, expected {sign} {shown} = "
                            f"{limit:,.0f} B")
     return said, bad
 
@@ -298,10 +315,11 @@ def expected(step: str, compiler: str, **params) -> str:
     """What the table expects of ``step`` on ``compiler``, as one line (no compile)."""
     devices = params.pop("devices", None)
     e, env, where = _prepare(step, compiler, params, devices)
-    one = devices == 1 and e.get("single_device", "none") != "as listed"
-    body = "one device, no collective" if one else _body(_items(e, env, where)) \
-        if "collectives" in e else ""
-    mem = [f"{k} {_SIGN[kind]} {x}"
+    body = ""
+    if "collectives" in e:
+        one = devices == 1 and e.get("single_device", "none") != "as listed"
+        body = "one device, no collective" if one else _body(_items(e, env, where))
+    mem = [f"{k} {_SIGN[kind]} {_shown(x, env, where)}"
            for k, b in e.get("memory", {}).items() for kind, x in b.items()]
     parts = [p for p in (body, f"memory: {', '.join(mem)}" if mem else "") if p]
     return _wrap(f"{where}: {'; '.join(parts)}")
