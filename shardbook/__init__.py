@@ -6,7 +6,8 @@ package imports neither JAX nor BrainPy when it is imported.
 Modules:
   devices   set up real or simulated devices, and check it took effect
   shards    shard tables, bytes per device, tiling and sharding checks
-  hlo       collectives and constants read from a compiled program
+  hlo       the one reader of compiled programs (Program): collectives, loops, memory
+  expect    what each compiler is expected to do with the book's steps (one table)
   memory    compiled memory analysis and predicted-versus-measured ledgers
   plotting  ownership and bytes-per-device plots
   provenance  where and with what a measurement was made (for data files)

@@ -5,25 +5,30 @@ temporaries of a sharded step differ between the book's simulated CPU devices an
 GPUs.  JAX 0.10.2 can compile for a GPU on a machine that has none (JAX docs,
 "Ahead-of-time lowering and compilation"; ``jax.experimental.topologies``):
 
-1. describe the target with XLA's own device spec (``gpu_specs/*.txtpb``, from openxla/xla,
-   ``xla/backends/gpu/target_config/specs/``) and
-   ``topologies.get_topology_desc(platform="cuda", topology="1x1x8", target_config=spec)``;
+1. describe the target with XLA's own device spec (``gpu_specs/*.txtpb``, from
+   openxla/xla, ``xla/backends/gpu/target_config/specs/``) and
+   ``topologies.get_topology_desc(platform="cuda", topology="1x1x8",
+   target_config=spec)``;
 2. make a mesh of those compile-only devices and give every input as a
    ``jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))``;
-3. ``jax.jit(f).trace(*structs).lower().compile()``: ``.as_text()`` is the optimized GPU
-   program and ``.memory_analysis()`` the bytes of one device.
+3. ``jax.jit(f).trace(*structs).lower().compile()``: ``.as_text()`` is the optimized
+   GPU program and ``.memory_analysis()`` the bytes of one device.
 
 That needs JAX's CUDA plugin, its PJRT library and NVIDIA's ptxas (``PINS``), and
 ``JAX_PLATFORMS=cpu``.  The notebook's own kernel must never see them: a reader with no
-environment variables set must get a working kernel on CPU or GPU.  So the wheels go into
-their own folder (``.venv/gpu-target``, :func:`install`), and every GPU-target compile runs in
-a **child process** that alone puts that folder on its ``PYTHONPATH`` (:func:`compile_jobs`).
+environment variables set must get a working kernel on CPU or GPU.  So the wheels go
+into their own folder (``.venv/gpu-target``, :func:`install`), and every GPU-target
+compile runs in a **child process** that alone puts that folder on its ``PYTHONPATH``
+(:func:`compile_jobs`).
 
-What to compile is named, not pickled: ``"shardbook.gputarget_steps:rnn_data_parallel"`` and
-its keyword arguments.  The child imports the builder, calls it with a :class:`Target`, compiles
-what it returns, and answers with JSON: the collectives (kind, count, bytes, async or not, per
-loop body) and ``memory_analysis()`` per device (see :func:`report`).  :func:`compile_here`
-runs the same builder on the current process's own devices, for the side-by-side view.
+What to compile is named, not pickled: ``"shardbook.gputarget_steps:rnn_data_parallel"``
+and its keyword arguments.  The child imports the builder, calls it with a
+:class:`Target`, compiles what it returns, and answers with JSON:
+:meth:`shardbook.hlo.Program.to_json` (the program's text, ``memory_analysis()`` per
+device, and in ``meta`` the target, the mesh and the compile seconds).  The parent
+rebuilds a :class:`shardbook.hlo.Program`, the one reader of compiled programs; this
+module only compiles.  :func:`compile_here` runs the same builder on the current
+process's own devices, for the side-by-side view.
 
 This module imports neither JAX nor BrainPy when it is imported.
 """
@@ -38,29 +43,29 @@ import subprocess
 import sys
 import time
 import traceback
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "PINS", "TARGETS", "GpuTargetError", "target_dir", "wheels_installed", "install",
-    "spec_text", "device_info", "Target", "read_collectives", "loop_summary", "report", "compile_jobs",
-    "compile_for", "compile_here", "ops_per_step", "start_jobs", "Pending", "traffic", "table",
+    "PINS", "TARGETS", "GpuTargetError", "Jobs", "Pending", "Target", "compile_here",
+    "compile_jobs", "device_info", "install", "spec_text", "start_jobs", "table",
+    "target_dir", "traffic", "wheels_installed",
 ]
 
-# The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; a test checks it).
-PINS = ("jax-cuda12-plugin==0.10.2", "jax-cuda12-pjrt==0.10.2", "nvidia-cuda-nvcc-cu12==12.9.86")
+# The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; tested).
+PINS = ("jax-cuda12-plugin==0.10.2", "jax-cuda12-pjrt==0.10.2",
+        "nvidia-cuda-nvcc-cu12==12.9.86")
 
 SPEC_DIR = Path(__file__).resolve().parent / "gpu_specs"
 # name -> (spec file, what to call it)
-TARGETS = {"h200": ("h200.txtpb", "NVIDIA H200"), "h100_sxm": ("h100_sxm.txtpb", "NVIDIA H100 SXM")}
+TARGETS = {"h200": ("h200.txtpb", "NVIDIA H200"),
+           "h100_sxm": ("h100_sxm.txtpb", "NVIDIA H100 SXM")}
 _ALIASES = {"h100": "h100_sxm", "h100-sxm": "h100_sxm", "h100 sxm": "h100_sxm"}
 
 _MARK = "@@gputarget-json@@"
 
 
 class GpuTargetError(RuntimeError):
-    """A GPU-target compile could not run (wheels missing, child failed or timed out)."""
+    """A GPU-target compile could not run (no wheels, the child failed or timed out)."""
 
 
 # ------------------------------------------------------------------------ installation
@@ -77,16 +82,18 @@ def wheels_installed(path=None) -> bool:
     """True when :func:`install` completed for exactly ``PINS`` in ``path``."""
     path = Path(path) if path is not None else target_dir()
     stamp = path / ".gputarget-stamp"
-    return stamp.exists() and stamp.read_text().strip() == _stamp_text() \
-        and (path / "jax_plugins" / "xla_cuda12").is_dir() and (path / "nvidia" / "cuda_nvcc" / "bin" / "ptxas").exists()
+    return (stamp.exists() and stamp.read_text().strip() == _stamp_text()
+            and (path / "jax_plugins" / "xla_cuda12").is_dir()
+            and (path / "nvidia" / "cuda_nvcc" / "bin" / "ptxas").exists())
 
 
 def install(path=None, verbose: bool = True) -> float:
-    """Install ``PINS`` with ``pip --target`` into ``path`` (default :func:`target_dir`), once.
+    """Install ``PINS`` with ``pip --target`` into ``path`` (default
+    :func:`target_dir`), once.
 
-    Idempotent: a stamp file records the pins; a second call returns at once.  ``--no-deps``
-    keeps the CUDA runtime wheels out (a compile needs only the plugin, PJRT and ptxas).
-    Returns the seconds spent (0.0 when nothing was done).
+    Idempotent: a stamp file records the pins; a second call returns at once.
+    ``--no-deps`` keeps the CUDA runtime wheels out (a compile needs only the plugin,
+    PJRT and ptxas).  Returns the seconds spent (0.0 when nothing was done).
     """
     path = Path(path) if path is not None else target_dir()
     if wheels_installed(path):
@@ -95,20 +102,22 @@ def install(path=None, verbose: bool = True) -> float:
         return 0.0
     t0 = time.perf_counter()
     path.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-           "--upgrade", "--target", str(path), *PINS]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+           "--no-deps", "--upgrade", "--target", str(path), *PINS]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
-        raise GpuTargetError(f"pip could not install the GPU-target wheels:\n{done.stderr[-3000:]}")
+        raise GpuTargetError("pip could not install the GPU-target wheels:\n"
+                             f"{done.stderr[-3000:]}")
     (path / ".gputarget-stamp").write_text(_stamp_text() + "\n")
     seconds = time.perf_counter() - t0
     if verbose:
-        print(f"[gpu-target] installed {', '.join(PINS)} into {path} in {seconds:.0f} s")
+        print(f"[gpu-target] installed {', '.join(PINS)} into {path} in "
+              f"{seconds:.0f} s")
     return seconds
 
 
 def spec_text(target: str) -> str:
-    """XLA's device spec of ``target`` ('h200' or 'h100_sxm'), licence header included."""
+    """XLA's device spec of ``target`` ('h200' or 'h100_sxm'), licence included."""
     return (SPEC_DIR / TARGETS[_name(target)][0]).read_text()
 
 
@@ -116,7 +125,8 @@ def device_info(target: str) -> dict:
     """The integer fields of a target's ``gpu_device_info`` (``core_count``,
     ``device_memory_size``, ...), read from its spec."""
     body = spec_text(target).split("gpu_device_info {", 1)[1]
-    return {k: int(v) for k, v in re.findall(r"^\s*(\w+):\s*(\d+)\s*$", body, flags=re.M)}
+    found = re.findall(r"^\s*(\w+):\s*(\d+)\s*$", body, flags=re.MULTILINE)
+    return {k: int(v) for k, v in found}
 
 
 def _name(target: str) -> str:
@@ -129,47 +139,52 @@ def _name(target: str) -> str:
 
 # ------------------------------------------------------------- the builders' interface
 class Target:
-    """What a builder receives: where to build the model, and how to describe the inputs.
+    """What a builder receives: where to build the model, how to describe the inputs.
 
-    A builder builds its model on :meth:`build_devices` (devices that can hold arrays: the
-    child's simulated CPU devices, or the notebook's own devices), wrapped in a mesh of the
-    same shape and axis names as :meth:`mesh`, the mesh it is compiled for.  Then it returns
-    ``(jitted_function, args)``, the arguments made abstract on the compile mesh with
-    :meth:`struct`, :meth:`retarget` or :meth:`bm_step`.
+    A builder builds its model on :meth:`build_devices` (devices that can hold arrays:
+    the child's simulated CPU devices, or the notebook's own devices), wrapped in a mesh
+    of the same shape and axis names as :meth:`mesh`, the mesh it is compiled for.  Then
+    it returns ``(jitted_function, args)``, the arguments made abstract on the compile
+    mesh with :meth:`struct` or :meth:`bm_step`.
 
-    ``Target("cpu")`` (what :func:`compile_here` uses) builds and compiles on this process's
-    own devices; then both meshes are the same.
+    ``Target("cpu", devices)`` (what :func:`compile_here` uses) builds and compiles on
+    this process's own devices (the first ``devices``); then both meshes are the same.
     """
 
-    def __init__(self, kind: str = "h200", devices: int = 8, hosts: int = 1):
+    def __init__(self, kind: str = "h200", devices: int | None = None, hosts: int = 1):
         import jax
 
         self.kind = "cpu" if kind == "cpu" else _name(kind)
         if self.kind == "cpu":
-            self.devices = list(jax.devices())
-            self.description = f"{len(self.devices)} x {self.devices[0].device_kind} (this process)"
+            self.devices = list(jax.devices())[:devices]
+            self.description = (f"{len(self.devices)} x {self.devices[0].device_kind} "
+                                "(this process)")
         else:
             from jax.experimental import topologies
 
-            topo = topologies.get_topology_desc(platform="cuda", topology=f"1x{hosts}x{devices}",
-                                                target_config=spec_text(self.kind))
+            devices = 8 if devices is None else devices
+            topo = topologies.get_topology_desc(
+                platform="cuda", topology=f"1x{hosts}x{devices}",
+                target_config=spec_text(self.kind))
             self.devices = list(topo.devices)
-            self.description = f"{hosts * devices} x {TARGETS[self.kind][1]}" + (f" ({hosts} hosts)" if hosts > 1 else "")
+            self.description = (f"{hosts * devices} x {TARGETS[self.kind][1]}"
+                                + (f" ({hosts} hosts)" if hosts > 1 else ""))
         self.n = len(self.devices)
         self._mesh = None
 
     def build_devices(self, shape=None):
-        """Devices to build the model on, as an array of ``shape`` (default: all, 1-D)."""
+        """Devices to build the model on, an array of ``shape`` (default: all, 1-D)."""
         import jax
         import numpy as np
 
         devs = self.devices if self.kind == "cpu" else jax.devices()[: self.n]
         if len(devs) < self.n:
-            raise GpuTargetError(f"the child has {len(devs)} CPU devices to build on, {self.n} needed")
+            raise GpuTargetError(f"the child has {len(devs)} CPU devices to build on, "
+                                 f"{self.n} needed")
         return np.array(devs).reshape(shape if shape is not None else (self.n,))
 
     def mesh(self, shape=None, names=("x",)):
-        """The mesh to compile for (compile-only GPU devices, or this process's devices)."""
+        """The mesh to compile for (compile-only GPU devices, or this process's)."""
         import numpy as np
         from jax.sharding import Mesh
 
@@ -179,7 +194,8 @@ class Target:
 
     def sharding(self, spec=None):
         """``NamedSharding(self.mesh(...), spec)``; ``None`` gives replicated."""
-        from jax.sharding import NamedSharding, PartitionSpec as P
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
 
         if self._mesh is None:
             raise GpuTargetError("call target.mesh(shape, names) first")
@@ -191,34 +207,15 @@ class Target:
 
         return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=self.sharding(spec))
 
-    def retarget(self, tree, shapes=None):
-        """Arrays (or Variables) -> ShapeDtypeStructs on the compile mesh, same PartitionSpecs.
-
-        A ``NamedSharding`` keeps its spec; anything else (one device) becomes replicated.
-        ``shapes`` (optional, a list in leaf order) overrides the shapes.
-        """
-        import jax
-        from jax.sharding import NamedSharding
-
-        leaves, treedef = jax.tree_util.tree_flatten(tree)
-        out = []
-        for i, leaf in enumerate(leaves):
-            leaf = getattr(leaf, "value", leaf)
-            sh = getattr(leaf, "sharding", None)
-            spec = sh.spec if isinstance(sh, NamedSharding) else None
-            shape = shapes[i] if shapes is not None else leaf.shape
-            out.append(self.struct(shape, leaf.dtype, spec))
-        return jax.tree_util.tree_unflatten(treedef, out)
-
     def bm_step(self, step, *args, resize=None):
         """A BrainPy ``bm.jit`` function as ``(plain jax.jit, (state_values, *args))``.
 
         A ``bm.jit`` function holds a plain ``jax.jit`` of ``(state_values, *args)``
-        (brainstate ``transform/_jit.py``; read through :func:`shardbook.private.bm_jit_parts`).
-        ``resize``: a function of a state's shape that gives the shape to compile for; the
-        state then holds a zero-memory stand-in of that shape (``np.broadcast_to``) while it
-        is traced.  Shardings the model keeps must point at :meth:`mesh` before this call:
-        it traces.
+        (brainstate ``transform/_jit.py``; read through
+        :func:`shardbook.private.bm_jit_parts`).  ``resize``: a function of a state's
+        shape that gives the shape to compile for; the state then holds a zero-memory
+        stand-in of that shape (``np.broadcast_to``) while it is traced.  Shardings the
+        model keeps must point at :meth:`mesh` before this call: it traces.
         """
         from . import private
 
@@ -233,8 +230,9 @@ class Target:
 
             private.replace_state_values(step, args, stand_in)
         jitted, states, values = private.bm_jit_parts(step, *args)
-        structs = tuple(self._struct_like(v, specs.get(id(s), getattr(v, "sharding", None)))
-                        for s, v in zip(states, values))
+        structs = tuple(
+            self._struct_like(v, specs.get(id(s), getattr(v, "sharding", None)))
+            for s, v in zip(states, values))
         return jitted, (structs, *args)
 
     def _struct_like(self, value, sharding):
@@ -245,143 +243,6 @@ class Target:
         return self.struct(np.shape(value), value.dtype, spec)
 
 
-# -------------------------------------------------------------------- reading the program
-# the same line grammar as shardbook.hlo
-from .hlo import _COMP_RE, _INSTR_RE  # noqa: E402
-
-
-def read_collectives(compiled_or_text) -> list[dict]:
-    """Every collective of a compiled program (CPU or GPU), in program order.
-
-    Each is a dict: ``op`` (``all-reduce``, ``all-gather``, ``reduce-scatter``, ...; async
-    ``-start`` forms folded in), ``async`` (an ``-start``/``-done`` pair, or wrapped in
-    ``async-start``), ``computation``, ``loop`` (index of the outermost ``while`` whose body
-    runs it, ``None`` outside loops), ``per_step``, ``backward`` (that loop is a transposed,
-    i.e. backward, loop), ``shapes`` (``"f32[8,840]"`` per result array) and ``nbytes`` (the
-    result's bytes on one device).  Built on ``shardbook.hlo``'s helpers.
-    """
-    from . import hlo
-
-    text = compiled_or_text if isinstance(compiled_or_text, str) else compiled_or_text.as_text()
-    calls, whiles, async_calls, current = {}, [], set(), None
-    for line in text.splitlines():
-        m = _COMP_RE.match(line)
-        if m:
-            current = m.group(1)
-            calls[current] = set()
-            continue
-        if current is None:
-            continue
-        calls[current].update(re.findall(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)", line))
-        m = _INSTR_RE.match(line)
-        if m and m.group(3) == "while":
-            body = re.search(r"body=%?([\w.\-]+)", line).group(1)
-            op_name = re.search(r'op_name="([^"]*)"', line)
-            whiles.append((current, body, bool(op_name and "transpose(" in op_name.group(1))))
-        if m and m.group(3) == "async-start":
-            async_calls.update(re.findall(r"calls=%?([\w.\-]+)", line))
-
-    def reach(start):
-        seen, stack = {start}, [start]
-        while stack:
-            for c in calls.get(stack.pop(), ()):
-                if c not in seen:
-                    seen.add(c)
-                    stack.append(c)
-        return seen
-
-    # the outermost loop of each computation: loops in program order, inner bodies last
-    loop_of, backward_of = {}, {}
-    in_loop = set().union(*[reach(b) - {b} for _, b, _ in whiles]) if whiles else set()
-    outer = [(i, b, bw) for i, (parent, b, bw) in enumerate(whiles) if b not in in_loop]
-    for k, (_, body, bw) in enumerate(outer):
-        for c in reach(body):
-            loop_of.setdefault(c, k)
-            backward_of.setdefault(c, bw)
-    async_comps = set().union(*[reach(c) for c in async_calls]) if async_calls else set()
-    per_step = hlo._loop_bodies(text)
-
-    out = []
-    for current, base, started, shapes, nbytes in hlo.iter_collectives(text):
-        out.append(dict(
-            op=base, async_=started or current in async_comps, computation=current,
-            loop=loop_of.get(current), per_step=current in per_step,
-            backward=backward_of.get(current, False),
-            shapes=[f"{d}[{','.join(map(str, s))}]" for d, s in shapes], nbytes=int(nbytes)))
-    for c in out:  # 'async' is a keyword; keep both spellings for readers of the JSON
-        c["async"] = c.pop("async_")
-    return out
-
-
-def loop_summary(collectives: list[dict]) -> list[dict]:
-    """Collectives grouped by where they run: ``once`` per call, or per step of loop k.
-
-    One dict per (where, op, async, shapes): ``count`` and ``bytes`` (result bytes of one
-    device, summed over that many instructions).
-    """
-    rows = Counter()
-    for c in collectives:
-        where = "once" if c["loop"] is None else f"loop {c['loop']}" + (" (backward)" if c["backward"] else "")
-        rows[(where, c["op"], c["async"], " ".join(c["shapes"]))] += 1
-    by_key = {}
-    for c in collectives:
-        where = "once" if c["loop"] is None else f"loop {c['loop']}" + (" (backward)" if c["backward"] else "")
-        by_key.setdefault((where, c["op"], c["async"], " ".join(c["shapes"])), c["nbytes"])
-    return [{"where": w, "op": op, "async": a, "shapes": s, "count": k, "bytes": k * by_key[(w, op, a, s)]}
-            for (w, op, a, s), k in sorted(rows.items())]
-
-
-def traffic(rep: dict, trips: int) -> tuple[int, int]:
-    """(collective instructions launched, result bytes moved) per call, on one device, when
-    every loop of the program runs ``trips`` iterations (a loop's collectives count ``trips``
-    times, the others once)."""
-    n = sum(trips if c["loop"] is not None else 1 for c in rep["collectives"])
-    b = sum(c["nbytes"] * (trips if c["loop"] is not None else 1) for c in rep["collectives"])
-    return n, b
-
-
-def table(rep: dict, title: str = "") -> str:
-    """The collectives of a report, one row per kind and place (at most 100 characters wide)."""
-    rows = loop_summary(rep["collectives"])
-    lines = [title] if title else []
-    if not rows:
-        return "\n".join(lines + ["  (no collectives)"])
-    lines.append(f"  {'where':<14}{'collective':<20}{'mode':<7}{'result per device':<30}"
-                 f"{'n':>3}{'bytes':>13}")
-    for r in rows:
-        shapes = r["shapes"].split()
-        shown = " ".join(shapes) if len(shapes) <= 2 else f"{len(shapes)} arrays"
-        if len(shown) > 29:
-            shown = f"{len(shapes)} arrays"
-        mode = "async" if r["async"] else "sync"
-        lines.append(f"  {r['where'].replace('(backward)', 'bwd'):<14}{r['op']:<20}{mode:<7}"
-                     f"{shown:<30}{r['count']:>3}{r['bytes']:>13,}")
-    return "\n".join(lines)
-
-
-def ops_per_step(rep: dict, where: str | None = None) -> Counter:
-    """``Counter`` of ``(op, async)`` in a report; ``where``: 'once', 'loop' (any loop), or None."""
-    cs = rep["collectives"]
-    if where == "once":
-        cs = [c for c in cs if c["loop"] is None]
-    elif where == "loop":
-        cs = [c for c in cs if c["loop"] is not None]
-    return Counter((c["op"], c["async"]) for c in cs)
-
-
-def report(compiled, compile_s: float | None = None, text: bool = False) -> dict:
-    """What one compiled program says: collectives, memory per device, compile seconds."""
-    from .memory import compiled_memory
-
-    hlo_text = compiled.as_text()
-    cs = read_collectives(hlo_text)
-    out = dict(collectives=cs, memory=compiled_memory(compiled), compile_s=compile_s,
-               whiles=hlo_text.count(" while("))
-    if text:
-        out["text"] = hlo_text
-    return out
-
-
 # ------------------------------------------------------------------------------ running
 def _builder(name: str):
     module, _, attr = name.partition(":")
@@ -390,21 +251,42 @@ def _builder(name: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def _run_job(job: dict, target: Target) -> dict:
+def _compile_job(job: dict, target: Target):
+    """Build ``job``'s step on ``target``, compile it, and read it: a Program."""
+    from .hlo import Program
+
     t0 = time.perf_counter()
     fn, args = _builder(job["builder"])(target, **job.get("kwargs", {}))
     t1 = time.perf_counter()
     compiled = fn.trace(*args).lower().compile()
-    rep = report(compiled, time.perf_counter() - t1, text=job.get("text", False))
-    rep["build_s"] = t1 - t0
-    rep.update(target=target.description, builder=job["builder"], kwargs=job.get("kwargs", {}),
-               mesh={k: int(v) for k, v in dict(target._mesh.shape).items()} if target._mesh is not None else {})
-    return rep
+    mesh = target._mesh
+    meta = {"target": target.description, "builder": job["builder"],
+            "kwargs": job.get("kwargs", {}), "compile_s": time.perf_counter() - t1,
+            "build_s": t1 - t0,
+            "mesh": {k: int(v) for k, v in dict(mesh.shape).items()} if mesh else {}}
+    return Program(compiled, meta=meta)
 
 
-def compile_here(builder: str, text: bool = False, **kwargs) -> dict:
-    """Build and compile ``builder`` on this process's own devices (no child): the CPU side."""
-    return _run_job(dict(builder=builder, kwargs=kwargs, text=text), Target("cpu"))
+def _run_job(job: dict, target: Target) -> dict:
+    """What the child sends back for one job: the Program as JSON."""
+    return _compile_job(job, target).to_json()
+
+
+def _answer(answer: dict):
+    """The Program the child's JSON answer describes (its child seconds in ``meta``)."""
+    from .hlo import Program
+
+    prog = Program.from_json(answer)
+    if "child_s" in answer:
+        prog.meta["child_s"] = answer["child_s"]
+    return prog
+
+
+def compile_here(builder: str, *, devices: int | None = None, **kwargs):
+    """Build and compile ``builder(**kwargs)`` on this process's own devices (the first
+    ``devices`` of them; default all), with no child: the side-by-side view.  Returns
+    a :class:`shardbook.hlo.Program`."""
+    return _compile_job({"builder": builder, "kwargs": kwargs}, Target("cpu", devices))
 
 
 def _child_env(cpu_devices: int, path: Path) -> dict:
@@ -456,32 +338,40 @@ class Pending:
         return results
 
 
-def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Pending:
-    """Start compiling ``jobs`` for GPU targets in ONE child process, and return at once.
+class Jobs:
+    """GPU-target compiles running in their child process; :meth:`result` waits."""
+
+    def __init__(self, pending):
+        self._pending = pending
+        self._programs = None
+
+    def result(self) -> list:
+        """One :class:`shardbook.hlo.Program` per job; raises :class:`GpuTargetError`
+        on any failure."""
+        if self._programs is None:
+            self._programs = [_answer(a) for a in self._pending.result()]
+        return self._programs
+
+
+def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Jobs:
+    """Start compiling ``jobs`` for GPU targets in ONE child process; return at once.
 
     Each job: ``{"builder": "module:function", "kwargs": {...}, "target": "h200",
-    "devices": 8, "hosts": 1, "text": False}``.  The child gets ``JAX_PLATFORMS=cpu`` and the
-    wheels' folder on its ``PYTHONPATH``; nothing changes in this process.  ``timeout``
-    bounds the whole child, counted from now.  Raises :class:`GpuTargetError` at once if the
-    wheels are not installed.
+    "devices": 8, "hosts": 1}``.  The child gets ``JAX_PLATFORMS=cpu`` and the
+    wheels' folder on its ``PYTHONPATH``; nothing changes in this process.
+    ``timeout`` bounds the whole child, counted from now.  Raises
+    :class:`GpuTargetError` at once if the wheels are not installed.
     """
     path = Path(path) if path is not None else target_dir()
     if not wheels_installed(path):
         raise GpuTargetError(f"the GPU-target wheels are not installed in {path}: run "
                              "ci/install_gpu_target (or shardbook.gputarget.install())")
-    return Pending(list(jobs), timeout, path)
+    return Jobs(Pending(list(jobs), timeout, path))
 
 
-def compile_jobs(jobs: list[dict], timeout: float = 300, path=None) -> list[dict]:
-    """:func:`start_jobs` and wait: one :func:`report` dict per job."""
+def compile_jobs(jobs: list[dict], timeout: float = 300, path=None) -> list:
+    """:func:`start_jobs` and wait: one :class:`shardbook.hlo.Program` per job."""
     return start_jobs(jobs, timeout, path).result()
-
-
-def compile_for(builder: str, target: str = "h200", devices: int = 8, hosts: int = 1,
-                timeout: float = 300, text: bool = False, **kwargs) -> dict:
-    """One job of :func:`compile_jobs`: ``builder(**kwargs)`` compiled for ``devices`` x ``target``."""
-    return compile_jobs([dict(builder=builder, kwargs=kwargs, target=target, devices=devices,
-                              hosts=hosts, text=text)], timeout=timeout)[0]
 
 
 def _child() -> None:
@@ -511,6 +401,17 @@ def _main(argv: list[str]) -> int:
         return 0
     print("usage: python -m shardbook.gputarget install [DIR]", file=sys.stderr)
     return 2
+
+
+# --- compat: notebooks not yet migrated (issue 18); remove with them
+def table(rep, title: str = "") -> str:
+    """``rep.table(title)``: the collectives of a compiled program, per place."""
+    return rep.table(title)
+
+
+def traffic(rep, trips: int) -> tuple[int, int]:
+    """``rep.traffic(trips)``: launches and result bytes per call."""
+    return rep.traffic(trips)
 
 
 if __name__ == "__main__":

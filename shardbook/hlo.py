@@ -1,50 +1,446 @@
-"""Read the collectives and constants out of a compiled XLA program.
+"""The one reader of compiled XLA programs: :class:`Program`.
 
 ``jax.jit(f).lower(*args).compile().as_text()`` is the optimized, partitioned HLO
 that every device runs (JAX docs, "Ahead-of-time lowering and compilation").  Each
-collective is one instruction there, for example::
-
-    %all-reduce.5 = f32[16,16]{1,0} all-reduce(%dot.13), channel_id=2, ...
-
-A loop (``jax.lax.scan``, ``bm.for_loop``, ``DSTrainer.predict``) becomes a ``while``
+collective is one instruction there (see :data:`EXAMPLE_LINE`).  A loop
+(``jax.lax.scan``, ``bm.for_loop``, ``DSTrainer.predict``) becomes a ``while``
 instruction whose ``body=`` computation runs once per time step, so collectives in a
-loop body are *per step* and collectives elsewhere are *per call*.
+loop body are *per step* and collectives elsewhere are *per call*.  XLA's
+``WhileLoopTripCountAnnotator`` (``xla/service/cpu/cpu_compiler.cc``,
+``xla/service/gpu/gpu_compiler.cc``) writes the trip count it proved into the
+``while``'s ``backend_config``: ``"known_trip_count":{"n":"50"}``.
+
+::
+
+    prog = Program(step.lower(xs, ys).compile())   # compiler inferred: "cpu" or "gpu"
+    prog.collectives       # (Collective(op="all-reduce", phase="bwd", ...), ...)
+    prog.whiles            # (While(phase="fwd", known_trip_count=50, ...), ...)
+    print(prog.table())    # the collectives per place, at most 100 columns
+    prog.traffic()         # (launches, result bytes) per call, at the trip counts
+
+A ``Program`` travels as JSON (:meth:`Program.to_json`, :meth:`Program.from_json`):
+that is how ``shardbook.gputarget``'s child process sends back what it compiled for a
+GPU.  This module imports neither JAX nor BrainPy.
 """
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-import numpy as np
+__all__ = ["COLLECTIVES", "EXAMPLE_LINE", "Collective", "Program", "While",
+           "collectives", "constant_bytes", "constants", "count", "shape_bytes",
+           "summary"]
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute",
+               "all-to-all", "collective-broadcast", "ragged-all-to-all")
+PHASES = ("once", "fwd", "bwd")
 
-_DTYPE_BYTES = {
-    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
-    "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
-}
+# region: hlo.collective-line
+# One collective of chapter 2's training step, as XLA:CPU prints it (4 devices):
+# the gradients of W_in, W_rec and W_out, summed over the devices in ONE instruction.
+EXAMPLE_LINE = (
+    "%all-reduce.16 = (f32[32,4]{1,0}, f32[32,32]{1,0}, f32[2,32]{1,0}) "
+    "all-reduce(%dot.24, %dot.25, %dot.26), channel_id=1, "
+    "replica_groups=mesh['axis_0'=4,'axis_1'=1] {'axis_0'}, "
+    "use_global_device_ids=true, to_apply=%add.clone")
+#  name             = result type (per device)                        opcode(operands)
+# XLA:GPU writes the same sum as a pair that runs beside other work (asynchronous):
+#   %all-reduce-start = f32[1217]{0} all-reduce-start(%wrapped_concatenate), ...
+#   %all-reduce-done = f32[1217]{0} all-reduce-done(%all-reduce-start)
+# endregion
+
+_BITS = {"pred": 8, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
+         "f16": 16, "bf16": 16, "s32": 32, "u32": 32, "f32": 32, "s64": 64, "u64": 64,
+         "f64": 64, "c64": 64, "c128": 128}
 _COMP_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s+->\s+.*\{\s*$")
-_INSTR_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+(.+?)\s+([a-z][\w\-]*)\((.*)$")
-_SHAPE_RE = re.compile(r"\b(pred|[sufc]\d+|bf16)\[([\d,]*)\]")
+_INSTR_RE = re.compile(
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+(.+?)\s+([a-z][\w\-]*)\((.*)$")
+_SHAPE_RE = re.compile(r"\b(pred|[a-z]+\d+[a-z0-9]*)\[([\d,]*)\]")
+_CALL_RE = re.compile(
+    r"\b(?:calls|to_apply|body|condition|true_computation|false_computation)"
+    r"=%?([\w.\-]+)")
+_CALL_SET_RE = re.compile(
+    r"\b(?:calls|branch_computations|called_computations)=\{([^}]*)\}")
+_TRIPS_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?')
+_OP_NAME_RE = re.compile(r'op_name="([^"]*)"')
 
 
-def _shape_bytes(type_str: str) -> tuple[list[tuple[str, tuple[int, ...]]], int]:
-    shapes, total = [], 0
-    for dtype, dims in _SHAPE_RE.findall(type_str):
-        dims_t = tuple(int(d) for d in dims.split(",") if d)
-        shapes.append((dtype, dims_t))
-        total += int(np.prod(dims_t, dtype=np.int64)) * _DTYPE_BYTES.get(dtype, 4)
-    return shapes, total
+def _bits(dtype: str) -> int:
+    if dtype.startswith(("f8", "s8", "u8")):
+        return 8
+    if dtype.startswith(("f4", "s2", "u2")):
+        return int(dtype[1])
+    return _BITS.get(dtype, 32)
+
+
+def _shapes(type_str: str) -> tuple[str, ...]:
+    """``"f32[8,840]"`` for every array in an HLO type (layouts dropped)."""
+    return tuple(f"{d}[{dims}]" for d, dims in _SHAPE_RE.findall(type_str)
+                 if d != "token")
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of one array written ``"f32[8,840]"``."""
+    dtype, dims = shape[:-1].split("[")
+    n = math.prod(int(d) for d in dims.split(",") if d)
+    return (n * _bits(dtype) + 7) // 8
+
+
+def _split_top(s: str) -> list[str]:
+    """Split ``s`` at commas that are not inside (), [] or {}."""
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return parts + ([cur.strip()] if cur.strip() else [])
+
+
+def _result_type(op: str, type_str: str) -> str:
+    """The part of an instruction's type that is the collective's *result*.
+
+    ``all-gather-start``, ``reduce-scatter-start``, ``all-to-all-start`` and
+    ``collective-permute-start`` return ``(operands, results[, context])``;
+    ``all-reduce-start`` returns the results only (``xla/service/hlo_verifier.cc``).
+    Every result counts: a combined collective returns several.
+    """
+    if op.endswith("-start") and op != "all-reduce-start":
+        t = type_str.strip()
+        parts = _split_top(t[1:-1]) if t.startswith("(") and t.endswith(")") else [t]
+        return parts[1] if len(parts) >= 2 else parts[0]
+    return type_str
 
 
 @dataclass(frozen=True)
 class Collective:
-    op: str                 # "all-reduce", "all-gather", ... (async "-start" variants folded in)
+    """One collective instruction of a compiled program, as one device runs it."""
+
+    op: str                 # "all-reduce", "all-gather", ...: "-start" folded in
+    async_: bool            # a -start/-done pair, or wrapped in async-start (XLA:GPU)
     computation: str        # the HLO computation it sits in
-    per_step: bool          # True when that computation is the body of a while loop
-    shapes: tuple           # ((dtype, dims), ...) of its result, per device
+    loop: int | None        # index in Program.whiles of the outermost loop running it
+    phase: str              # "once", or the phase of that loop: "fwd" or "bwd"
+    per_step: bool          # runs once per iteration of some loop
+    shapes: tuple           # ("f32[8,840]", ...): every array of its RESULT
     nbytes: int             # bytes of its result on one device
+
+    @property
+    def shown_shapes(self) -> str:
+        """The shapes, or ``"3 arrays"`` where they would not fit a table column."""
+        text = " ".join(self.shapes)
+        return text if len(self.shapes) <= 2 and len(text) <= 29 \
+            else f"{len(self.shapes)} arrays"
+
+    def where(self) -> str:
+        if self.loop is None:
+            return "once per call"
+        return f"per step of loop {self.loop} ({self.phase})"
+
+    def __str__(self) -> str:
+        mode = "async" if self.async_ else "sync"
+        return (f"{self.op:<18} {mode:<5} {self.shown_shapes:<28} {self.nbytes:>11,} B"
+                f"  {self.where()}")
+
+
+@dataclass(frozen=True)
+class While:
+    """One ``while`` loop of a compiled program."""
+
+    index: int                      # its place in Program.whiles (outermost first)
+    name: str                       # the while instruction
+    computation: str                # where the while instruction sits
+    body: str
+    condition: str
+    phase: str                      # "bwd": its op_name has "transpose(", else "fwd"
+    known_trip_count: int | None    # what XLA proved, from its backend_config
+    outer: int | None               # index of the loop whose body runs this one
+    op_name: str = ""
+
+
+# region: hlo.loop-phase
+def _phase(op_name: str) -> str:
+    # jax.grad transposes the forward loop into the backward loop: JAX names that
+    # while "transpose(jvp(...))/while" in the op_name it leaves in the metadata.
+    return "bwd" if "transpose(" in op_name else "fwd"
+# endregion
+
+
+def _compiler_of(compiled) -> str | None:
+    """'cpu' or 'gpu', from the devices of a compiled program's input shardings."""
+    import jax
+
+    trees = [getattr(compiled, "input_shardings", None),
+             getattr(compiled, "output_shardings", None)]
+    for sharding in jax.tree_util.tree_leaves(trees):
+        for device in getattr(sharding, "device_set", ()):
+            platform = device.platform.lower()
+            return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
+    return None
+
+
+class Program:
+    """A compiled program, read once: collectives, loops, memory and constants.
+
+    ``Program(compiled)`` takes a ``jax.stages.Compiled`` (the compiler is read from
+    the platform of its devices: ``"cpu"``, or ``"gpu"`` also for the compile-only
+    devices of ``jax.experimental.topologies``) or the text of ``as_text()`` with the
+    compiler named (``Program(text, "gpu")``; ``None``: unknown).
+
+    Attributes: ``compiler``, ``devices`` (partitions x replicas), ``collectives``
+    (:class:`Collective`), ``whiles`` (:class:`While`), ``memory`` (the
+    ``memory_analysis()`` dict of :func:`shardbook.memory.compiled_memory`, when built
+    from a compiled program), ``text``, and ``meta`` (where it was compiled: target,
+    builder, compile seconds; filled by ``shardbook.gputarget``).
+    """
+
+    def __init__(self, compiled_or_text, compiler: str | None = None, *,
+                 memory: dict | None = None, meta: dict | None = None):
+        if isinstance(compiled_or_text, str):
+            text = compiled_or_text
+        else:
+            from .memory import compiled_memory
+
+            text = compiled_or_text.as_text()
+            compiler = compiler or _compiler_of(compiled_or_text)
+            memory = memory if memory is not None else compiled_memory(compiled_or_text)
+        self.text, self.compiler, self.memory = text, compiler, memory
+        self.meta = dict(meta or {})
+        self._constants: list | None = None
+        self._parse(text)
+
+    # ------------------------------------------------------------------ reading
+    def _parse(self, text: str) -> None:
+        calls: dict[str, set[str]] = {}
+        found, raw_whiles, async_calls, constants = [], [], set(), []
+        current = None
+        head = text.split("\n", 1)[0]
+        parts = re.search(r"num_partitions=(\d+)", head)
+        replicas = re.search(r"replica_count=(\d+)", head)
+        self.devices = (int(parts.group(1)) if parts else 1) * \
+            (int(replicas.group(1)) if replicas else 1)
+        for line in text.splitlines():
+            m = _COMP_RE.match(line)
+            if m:
+                current = m.group(1)
+                calls[current] = set()
+                continue
+            if current is None:
+                continue
+            edges = calls[current]
+            edges.update(_CALL_RE.findall(line))
+            for group in _CALL_SET_RE.findall(line):
+                edges.update(x.strip().lstrip("%") for x in group.split(",")
+                             if x.strip())
+            m = _INSTR_RE.match(line)
+            if not m:
+                continue
+            name, type_str, op = m.group(1), m.group(2), m.group(3)
+            if op == "while":
+                body = re.search(r"\bbody=%?([\w.\-]+)", line).group(1)
+                cond = re.search(r"\bcondition=%?([\w.\-]+)", line)
+                op_name = _OP_NAME_RE.search(line)
+                trips = _TRIPS_RE.search(line)
+                raw_whiles.append({
+                    "name": name, "computation": current, "body": body,
+                    "condition": cond.group(1) if cond else "",
+                    "op_name": op_name.group(1) if op_name else "",
+                    "known_trip_count": int(trips.group(1)) if trips else None})
+            elif op == "async-start":
+                async_calls.update(_CALL_RE.findall(line))
+            elif op == "constant":
+                shapes = _shapes(type_str)
+                if shapes:
+                    constants.append((shapes[0], shape_bytes(shapes[0])))
+            base = op.removesuffix("-start")
+            if base in COLLECTIVES:
+                shapes = _shapes(_result_type(op, type_str))
+                found.append((current, base, op.endswith("-start"), shapes))
+        self._constants = constants
+
+        def reach(start: str) -> set[str]:
+            seen, stack = {start}, [start]
+            while stack:
+                for callee in calls.get(stack.pop(), ()):
+                    if callee not in seen:
+                        seen.add(callee)
+                        stack.append(callee)
+            return seen
+
+        runs = [reach(w["body"]) | reach(w["condition"]) if w["condition"]
+                else reach(w["body"]) for w in raw_whiles]
+        # the loop whose body runs each while: the innermost of those that reach it
+        parent = []
+        for i, w in enumerate(raw_whiles):
+            holders = [j for j in range(len(raw_whiles))
+                       if j != i and w["computation"] in runs[j]]
+            parent.append(min(holders, key=lambda j: len(runs[j])) if holders else None)
+        # number the loops: outermost first (in program order), then the nested ones
+        order = sorted(range(len(raw_whiles)), key=lambda i: (parent[i] is not None, i))
+        new = {old: k for k, old in enumerate(order)}
+        self.whiles = tuple(
+            While(index=new[i], name=w["name"], computation=w["computation"],
+                  body=w["body"], condition=w["condition"], phase=_phase(w["op_name"]),
+                  known_trip_count=w["known_trip_count"],
+                  outer=None if parent[i] is None else new[parent[i]],
+                  op_name=w["op_name"])
+            for i, w in sorted(enumerate(raw_whiles), key=lambda iw: new[iw[0]]))
+        self._enclosing: dict[str, tuple[int, ...]] = {}
+        for i, w in enumerate(raw_whiles):
+            for comp in runs[i]:
+                self._enclosing[comp] = self._enclosing.get(comp, ()) + (new[i],)
+        async_comps = set().union(set(), *[reach(c) for c in async_calls])
+        out = []
+        for comp, base, started, shapes in found:
+            loops = self._enclosing.get(comp, ())
+            outer = [k for k in loops if self.whiles[k].outer is None]
+            loop = min(outer) if outer else (min(loops) if loops else None)
+            out.append(Collective(
+                op=base, async_=started or comp in async_comps, computation=comp,
+                loop=loop, phase="once" if loop is None else self.whiles[loop].phase,
+                per_step=bool(loops), shapes=shapes,
+                nbytes=sum(shape_bytes(s) for s in shapes)))
+        self.collectives = tuple(out)
+
+    # ------------------------------------------------------------------ views
+    def __repr__(self) -> str:
+        return (f"Program(xla:{self.compiler or '?'}, {self.devices} device(s), "
+                f"{len(self.collectives)} collective(s), {len(self.whiles)} loop(s))")
+
+    def counts(self, by="op", **where) -> Counter:
+        """``Counter`` of the collectives by a field (or a tuple of fields).
+
+        ``where`` keeps those whose fields equal the values given:
+        ``prog.counts(per_step=True)["all-gather"]``,
+        ``prog.counts(("phase", "op"))[("bwd", "reduce-scatter")]``.
+        """
+        keys = (by,) if isinstance(by, str) else tuple(by)
+        kept = [c for c in self.collectives
+                if all(getattr(c, k) == v for k, v in where.items())]
+        return Counter(getattr(c, keys[0]) if len(keys) == 1
+                       else tuple(getattr(c, k) for k in keys) for c in kept)
+
+    def rows(self) -> list[dict]:
+        """The collectives grouped by place, kind, mode and shapes: one dict per group
+        with ``where``, ``op``, ``async``, ``shapes``, ``count`` and ``bytes`` (result
+        bytes on one device, summed over the group)."""
+        groups: dict[tuple, list[Collective]] = {}
+        for c in self.collectives:
+            where = "once" if c.loop is None else \
+                f"loop {c.loop}" + (" (backward)" if c.phase == "bwd" else "")
+            groups.setdefault((where, c.op, c.async_, " ".join(c.shapes)), []).append(c)
+        return [{"where": w, "op": op, "async_": a, "shapes": s, "count": len(cs),
+                 "bytes": sum(c.nbytes for c in cs), "shown": cs[0].shown_shapes}
+                for (w, op, a, s), cs in sorted(groups.items())]
+
+    def table(self, title: str = "") -> str:
+        """The collectives, one row per place and kind (at most 100 columns)."""
+        lines = [title] if title else []
+        rows = self.rows()
+        if not rows:
+            return "\n".join(lines + ["  (no collectives)"])
+        lines.append(f"  {'where':<14}{'collective':<20}{'mode':<7}"
+                     f"{'result per device':<30}{'n':>3}{'bytes':>13}")
+        for r in rows:
+            mode = "async" if r["async_"] else "sync"
+            lines.append(f"  {r['where'].replace('(backward)', 'bwd'):<14}{r['op']:<20}"
+                         f"{mode:<7}{r['shown']:<30}{r['count']:>3}{r['bytes']:>13,}")
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """A printable list of the collectives, one per line, in program order."""
+        if not self.collectives:
+            return "no collectives: every device computes alone"
+        return "\n".join(str(c) for c in self.collectives)
+
+    def constants(self, min_bytes: int = 1024) -> list[tuple[str, int]]:
+        """Large ``constant`` instructions: arrays baked into the program itself.
+
+        A closed-over array becomes such a constant, at full size, in every device's
+        program, whatever sharding it had before (see chapter 4).
+        """
+        return [(s, b) for s, b in self._constants or () if b >= min_bytes]
+
+    def constant_bytes(self, min_bytes: int = 1024) -> int:
+        """Total bytes of the large constants baked into one device's program."""
+        return sum(b for _, b in self.constants(min_bytes))
+
+    def trips_of(self, collective: Collective, trips: int | None = None) -> int:
+        """How often ``collective`` runs per call: the product of the trip counts of
+        the loops around it (``trips`` for each, or each loop's known trip count)."""
+        n = 1
+        for k in self._enclosing.get(collective.computation, ()):
+            t = trips if trips is not None else self.whiles[k].known_trip_count
+            if t is None:
+                raise ValueError(f"loop {k} ({self.whiles[k].name}) has no known trip "
+                                 "count; pass trips=")
+            n *= t
+        return n
+
+    def traffic(self, trips: int | None = None) -> tuple[int, int]:
+        """(collectives launched, result bytes) per call, on one device, when every loop
+        runs ``trips`` iterations (default: each loop's known trip count)."""
+        reps = [self.trips_of(c, trips) for c in self.collectives]
+        return sum(reps), sum(r * c.nbytes for r, c in zip(reps, self.collectives))
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self, text: bool = True) -> dict:
+        """A JSON-ready dict; :meth:`from_json` rebuilds the same Program.
+
+        With ``text=False`` the HLO text is left out and the parsed collectives, loops
+        and constants are sent instead (a smaller file, for data files)."""
+        out = {"schema": "shardbook.hlo.Program/1", "compiler": self.compiler,
+               "devices": self.devices, "memory": self.memory, "meta": self.meta}
+        if text and self.text is not None:
+            out["text"] = self.text
+        else:
+            out.update(collectives=[asdict(c) for c in self.collectives],
+                       whiles=[asdict(w) for w in self.whiles],
+                       constants=self._constants or [],
+                       enclosing={k: list(v) for k, v in self._enclosing.items()})
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict | str) -> Program:
+        """The Program that :meth:`to_json` described."""
+        data = json.loads(data) if isinstance(data, str) else data
+        if data.get("text") is not None:
+            return cls(data["text"], data.get("compiler"), memory=data.get("memory"),
+                       meta=data.get("meta"))
+        prog = cls("", data.get("compiler"), memory=data.get("memory"),
+                   meta=data.get("meta"))
+        prog.text = None
+        prog.devices = data.get("devices", 1)
+        prog.collectives = tuple(Collective(**{**c, "shapes": tuple(c["shapes"])})
+                                 for c in data["collectives"])
+        prog.whiles = tuple(While(**w) for w in data["whiles"])
+        prog._constants = [tuple(c) for c in data.get("constants", [])]
+        prog._enclosing = {k: tuple(v) for k, v in data.get("enclosing", {}).items()}
+        return prog
+
+
+# --- compat: notebooks not yet migrated (issue 18); remove with them
+def _program(compiled_or_text) -> Program:
+    if isinstance(compiled_or_text, Program):
+        return compiled_or_text
+    if isinstance(compiled_or_text, str):
+        return Program(compiled_or_text)
+    return Program(compiled_or_text.as_text())   # no memory analysis needed here
+
+
+@dataclass(frozen=True)
+class _OldCollective:
+    op: str
+    computation: str
+    per_step: bool
+    shapes: tuple           # ((dtype, dims), ...)
+    nbytes: int
 
     def __str__(self) -> str:
         shp = ", ".join(f"{d}[{','.join(map(str, s))}]" for d, s in self.shapes)
@@ -52,109 +448,24 @@ class Collective:
         return f"{self.op:<18} {shp:<28} {self.nbytes:>10,} B  {where}"
 
 
-def _text(compiled_or_text) -> str:
-    if isinstance(compiled_or_text, str):
-        return compiled_or_text
-    return compiled_or_text.as_text()
+def _old(c: Collective) -> _OldCollective:
+    shapes = []
+    for s in c.shapes:
+        dtype, dims = s[:-1].split("[")
+        shapes.append((dtype, tuple(int(d) for d in dims.split(",") if d)))
+    shapes = tuple(shapes)
+    return _OldCollective(c.op, c.computation, c.per_step, shapes, c.nbytes)
 
 
-def _loop_bodies(text: str) -> set[str]:
-    """Names of computations that run once per while-loop iteration (also nested callees)."""
-    bodies = set(re.findall(r"body=%?([\w.\-]+)", text))
-    # computations called from a loop body (fusions, calls) also run per iteration
-    calls: dict[str, set[str]] = {}
-    current = None
-    for line in text.splitlines():
-        m = _COMP_RE.match(line)
-        if m:
-            current = m.group(1)
-            calls[current] = set()
-            continue
-        if current:
-            calls[current].update(re.findall(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)", line))
-    stack, seen = list(bodies), set(bodies)
-    while stack:
-        for callee in calls.get(stack.pop(), ()):
-            if callee not in seen:
-                seen.add(callee)
-                stack.append(callee)
-    return seen
-
-
-def _split_top(s: str) -> list[str]:
-    """Split ``s`` at commas that are not inside (), [] or {}."""
-    parts, depth, cur = [], 0, ""
-    for ch in s:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur.strip())
-    return parts
-
-
-def _elements(type_str: str) -> list[str]:
-    t = type_str.strip()
-    if t.startswith("(") and t.endswith(")"):
-        return _split_top(t[1:-1])
-    return [t]
-
-
-def _result_type(op: str, type_str: str) -> str:
-    """The part of an instruction's type that is the collective's *result*.
-
-    ``all-gather-start``, ``reduce-scatter-start``, ``all-to-all-start`` and
-    ``collective-permute-start`` return ``(operands, results[, context])``; ``all-reduce-start``
-    returns the results only (XLA's HLO verifier, ``xla/service/hlo_verifier.cc``).
-    """
-    if op.endswith("-start") and op != "all-reduce-start":
-        parts = _elements(type_str)
-        return parts[1] if len(parts) >= 2 else parts[0]
-    return type_str
-
-
-def iter_collectives(text: str):
-    """``(computation, op, is_async_start, shapes, nbytes)`` for each collective line.
-
-    ``op`` has any ``-start`` folded in.  An async start (XLA:GPU) returns
-    ``(operands, results[, context])``: the bytes are those of the results, all of them
-    when several collectives were combined into one.
-    """
-    current = "?"
-    for line in text.splitlines():
-        m = _COMP_RE.match(line)
-        if m:
-            current = m.group(1)
-            continue
-        m = _INSTR_RE.match(line)
-        if not m:
-            continue
-        type_str, op = m.group(2), m.group(3)
-        base = op[: -len("-start")] if op.endswith("-start") else op
-        if base not in COLLECTIVES:
-            continue
-        shapes, nbytes = _shape_bytes(_result_type(op, type_str))
-        yield current, base, op.endswith("-start"), shapes, nbytes
-
-
-def collectives(compiled_or_text) -> list[Collective]:
+def collectives(compiled_or_text) -> list:
     """Every collective instruction in a compiled program, in program order."""
-    text = _text(compiled_or_text)
-    per_step = _loop_bodies(text)
-    return [Collective(base, comp, comp in per_step, tuple(shapes), nbytes)
-            for comp, base, _, shapes, nbytes in iter_collectives(text)]
+    return [_old(c) for c in _program(compiled_or_text).collectives]
 
 
 def count(compiled_or_text, per_step: bool | None = None) -> Counter:
-    """``Counter`` of collective kinds; ``per_step`` True/False keeps only loop-body/outside ones."""
-    cs = collectives(compiled_or_text)
-    return Counter(c.op for c in cs if per_step is None or c.per_step == per_step)
+    """``Counter`` of collective kinds; ``per_step``: only loop-body/outside ones."""
+    prog = _program(compiled_or_text)
+    return prog.counts() if per_step is None else prog.counts(per_step=per_step)
 
 
 def summary(compiled_or_text) -> str:
@@ -166,22 +477,32 @@ def summary(compiled_or_text) -> str:
 
 
 def constants(compiled_or_text, min_bytes: int = 1024) -> list[tuple[str, int]]:
-    """Large ``constant`` instructions: arrays baked into the program itself.
-
-    A closed-over array becomes such a constant, at full size, in every device's
-    program, whatever sharding it had before (see chapter 4).
-    """
-    text = _text(compiled_or_text)
-    found = []
-    for line in text.splitlines():
-        m = _INSTR_RE.match(line)
-        if m and m.group(3) == "constant":
-            shapes, nbytes = _shape_bytes(m.group(2))
-            if nbytes >= min_bytes:
-                found.append((f"{shapes[0][0]}[{','.join(map(str, shapes[0][1]))}]", nbytes))
-    return found
+    """Large ``constant`` instructions: arrays baked into the program itself."""
+    return _program(compiled_or_text).constants(min_bytes)
 
 
 def constant_bytes(compiled_or_text, min_bytes: int = 1024) -> int:
     """Total bytes of the large constants baked into one device's program."""
-    return sum(n for _, n in constants(compiled_or_text, min_bytes))
+    return _program(compiled_or_text).constant_bytes(min_bytes)
+
+
+def _legacy_collective(c: Collective) -> dict:
+    return {"op": c.op, "async": c.async_, "computation": c.computation, "loop": c.loop,
+            "per_step": c.per_step, "backward": c.phase == "bwd",
+            "shapes": list(c.shapes), "nbytes": c.nbytes}
+
+
+def _legacy_item(self: Program, key: str):
+    """The report dicts of the old gputarget: ``rep["collectives"]``, ``["memory"]``."""
+    if key == "collectives":
+        return [_legacy_collective(c) for c in self.collectives]
+    if key == "memory":
+        return self.memory
+    if key == "text":
+        return self.text
+    if key == "whiles":
+        return len(self.whiles)
+    return self.meta[key]
+
+
+Program.__getitem__ = _legacy_item

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from shardbook import coba, hlo, shards
+from shardbook import book, coba, shards
 
 ROOT = Path(__file__).resolve().parent.parent
 N = jax.device_count()
@@ -125,17 +125,15 @@ def test_closure_constant_is_baked_whole_into_every_program():
 def test_collectives_per_step():
     n_exc, n_inh = coba.sizes(SCALE)
     net = coba.build(jax.devices(), scale=SCALE)
-    compiled = coba.Simulation(net, record=("spike",)).compile(5)
-    per_step = [c for c in hlo.collectives(compiled) if c.per_step]
+    prog = book.Program(coba.Simulation(net, record=("spike",)).compile(5))
+    print(book.expect.check("coba.step", prog, exc=n_exc, inh=n_inh))
     if N == 1:
-        assert not per_step
         return
-    assert sorted((c.op, c.nbytes) for c in per_step) == [("all-gather", n_inh), ("all-gather", n_exc)]
-    assert hlo.count(compiled, per_step=False).total() == 0
-    rate = coba.Simulation(net, record=("rate",)).compile(5)
-    assert hlo.count(rate, per_step=True)["all-reduce"] >= 1
+    rate = book.Program(coba.Simulation(net, record=("rate",)).compile(5))
+    assert rate.counts(per_step=True)["all-reduce"] >= 1
     sliced = coba.build(jax.devices(), scale=SCALE, layout="sliced")
-    assert hlo.count(coba.Simulation(sliced, record=("spike",)).compile(5), per_step=True)["collective-permute"] >= 1
+    sliced_prog = book.Program(coba.Simulation(sliced, record=("spike",)).compile(5))
+    assert sliced_prog.counts(per_step=True)["collective-permute"] >= 1
 
 
 @pytest.mark.parametrize("kind", ["mask", "csr"])
@@ -247,9 +245,8 @@ def test_event_csr_gives_the_index_spikes_on_any_mesh(runs):
 
 def test_event_csr_keeps_two_all_gathers_and_splits_the_work():
     net = coba.build(jax.devices(), scale=SCALE, conn="event")
-    compiled = coba.Simulation(net, record=()).compile(5)
-    per_step = sorted(c.op for c in hlo.collectives(compiled) if c.per_step)
-    assert per_step == ([] if N == 1 else ["all-gather", "all-gather"])
+    prog = book.Program(coba.Simulation(net, record=()).compile(5))
+    print(book.expect.check("coba.step", prog, exc=net.n_exc, inh=net.n_inh))
     if N > 1:
         assert not shards.is_replicated(coba.comm_output(net, "E2E"))
 

@@ -5,6 +5,7 @@ They need the wheels of ci/requirements-gpu-target.txt in .venv/gpu-target: the 
 installs them first (ci/install_gpu_target).  Without them, those tests are SKIPPED with a
 message saying so; the parsing and installer tests always run.
 """
+import json
 import os
 import subprocess
 import sys
@@ -12,10 +13,11 @@ from pathlib import Path
 
 import jax
 import pytest
+import shared_compiles as shared
 
-from shardbook import gputarget as gt
-from shardbook import hlo
-from shardbook import gputarget_steps as steps
+from shardbook import book
+
+gt, hlo, expect = book.gputarget, book.hlo, book.expect
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_WHEELS = gt.wheels_installed()
@@ -46,7 +48,7 @@ def test_specs_ship_with_licence_and_source():
 def test_missing_wheels_say_what_to_do(tmp_path):
     assert not gt.wheels_installed(tmp_path)
     with pytest.raises(gt.GpuTargetError, match="ci/install_gpu_target"):
-        gt.start_jobs([dict(builder=B + "tiny_data_parallel")], path=tmp_path)
+        gt.start_jobs([{"builder": B + "tiny_data_parallel"}], path=tmp_path)
 
 
 GPU_TEXT = """\
@@ -74,83 +76,102 @@ ENTRY %main (a: f32[8,840]) -> f32[8,105] {
 """
 
 
-def test_read_collectives_understands_async_gpu_forms():
-    cs = gt.read_collectives(GPU_TEXT)
-    got = [(c["op"], c["async"], c["loop"], c["shapes"], c["nbytes"]) for c in cs]
+def test_program_reads_async_gpu_forms():
+    prog = hlo.Program(GPU_TEXT, "gpu")
+    got = [(c.op, c.async_, c.loop, c.phase, c.shapes, c.nbytes) for c in prog.collectives]
     assert got == [
-        ("all-gather", True, 0, ["pred[3360]", "pred[840]"], 4200),   # a combined all-gather: both results
-        ("reduce-scatter", True, None, ["f32[8,105]"], 3360),        # the result, not the operand
-        ("all-reduce", True, None, ["f32[1217]"], 4868),             # all-reduce-start: results only
-        ("collective-permute", True, None, ["f32[4]"], 16),
+        ("all-gather", True, 0, "fwd", ("pred[3360]", "pred[840]"), 4200),  # both results
+        ("reduce-scatter", True, None, "once", ("f32[8,105]",), 3360),     # not the operand
+        ("all-reduce", True, None, "once", ("f32[1217]",), 4868),          # results only
+        ("collective-permute", True, None, "once", ("f32[4]",), 16),
     ]
-    rows = gt.loop_summary(cs)
-    assert rows[0] == {"where": "loop 0", "op": "all-gather", "async": True,
-                       "shapes": "pred[3360] pred[840]", "count": 1, "bytes": 4200}
+    assert prog.rows()[0] == {"where": "loop 0", "op": "all-gather", "async_": True,
+                              "shapes": "pred[3360] pred[840]", "count": 1, "bytes": 4200,
+                              "shown": "pred[3360] pred[840]"}
+    assert [(w.body, w.known_trip_count) for w in prog.whiles] == [("body", None)]
+    with pytest.raises(ValueError, match="no known trip count"):
+        prog.traffic()
+    assert prog.traffic(10) == (10 + 3, 42000 + 3360 + 4868 + 16)
 
 
-def test_read_collectives_agrees_with_hlo_on_cpu():
-    """On an XLA:CPU program (no async forms) both readers see the same collectives."""
-    rep = gt.compile_here(B + "tiny_data_parallel", text=True)
-    mine = [(c["op"], c["per_step"], c["nbytes"]) for c in rep["collectives"]]
-    theirs = [(c.op, c.per_step, c.nbytes) for c in hlo.collectives(rep["text"])]
-    assert mine == theirs
-    steps.check_data_parallel_cpu(rep, grad_bytes=2 * 32 * 32 * 4, loop=False)
-    with pytest.raises(AssertionError):  # the CPU program is not the GPU pattern
-        steps.check_data_parallel_gpu(rep, grad_bytes=2 * 32 * 32 * 4)
+def test_a_compiled_program_travels_as_json():
+    """What the child sends back is what the parent reads: the same Program."""
+    prog = shared.here("tiny_data_parallel")
+    assert prog.compiler == "cpu" and prog.devices == jax.device_count()
+    assert prog.meta["target"].endswith("(this process)")
+    for text in (True, False):
+        back = hlo.Program.from_json(json.loads(json.dumps(prog.to_json(text=text))))
+        assert (back.compiler, back.devices, back.memory) == \
+            (prog.compiler, prog.devices, prog.memory)
+        assert back.collectives == prog.collectives and back.whiles == prog.whiles
+        assert back.table() == prog.table() and back.traffic(3) == prog.traffic(3)
+        assert back.constants(0) == prog.constants(0)
+
+
+JOBS = {  # what depends on the target; the table's entries: tests/test_expect.py
+    "tiny": shared.register("tiny_data_parallel"),
+    "tiny_replicated": shared.register("tiny_data_parallel", {"batch_sharded": False}),
+    "tiny_h100": shared.register("tiny_data_parallel", target="h100_sxm"),
+    "tiny_2x8": shared.register("tiny_data_parallel", hosts=2),
+    "dp_replicated": shared.register("rnn_data_parallel", {"batch_sharded": False}),
+    "coba": shared.register("coba_hh", {"steps": 10}),
+    "coba_resized": shared.register("coba_hh", {"steps": 10, "neurons": 4200}),
+}
 
 
 @pytest.fixture(scope="module")
 def gpu():
-    """One child process, several GPU-target compiles."""
+    """One child process for every GPU-target compile of the session."""
     if not HAVE_WHEELS:
-        pytest.skip(f"GPU-target wheels not installed in {gt.target_dir()}: run ci/install_gpu_target")
-    jobs = {
-        "tiny": dict(builder=B + "tiny_data_parallel"),
-        "tiny_replicated": dict(builder=B + "tiny_data_parallel", kwargs={"batch_sharded": False}),
-        "tiny_h100": dict(builder=B + "tiny_data_parallel", target="h100_sxm"),
-        "tiny_2x8": dict(builder=B + "tiny_data_parallel", hosts=2),
-        "dp": dict(builder=B + "rnn_data_parallel"),
-        "dp_replicated": dict(builder=B + "rnn_data_parallel", kwargs={"batch_sharded": False}),
-        "coba": dict(builder=B + "coba_hh", kwargs={"steps": 10}),
-        "coba_resized": dict(builder=B + "coba_hh", kwargs={"steps": 10, "neurons": 4200}),
-    }
-    results = gt.compile_jobs(list(jobs.values()), timeout=240)
-    return dict(zip(jobs, results))
+        pytest.skip(f"GPU-target wheels not installed in {gt.target_dir()}: run "
+                    "ci/install_gpu_target")
+    return {name: shared.gpu(key) for name, key in JOBS.items()}
 
 
 @needs_wheels
-def test_tiny_step_gpu_pattern(gpu):
+def test_tiny_step_on_every_target(gpu):
     grads = 2 * 32 * 32 * 4
     for key, what in (("tiny", "8 x NVIDIA H200"), ("tiny_h100", "8 x NVIDIA H100 SXM"),
                       ("tiny_2x8", "16 x NVIDIA H200 (2 hosts)")):
-        rep = gpu[key]
-        assert rep["target"] == what
-        steps.check_data_parallel_gpu(rep, grad_bytes=grads)   # one flat async all-reduce-start
-        assert rep["collectives"][0]["shapes"] == [f"f32[{grads // 4}]"]
-        m = rep["memory"]
-        assert m["arguments"] == 2 * 32 * 32 * 4 + 64 * 32 * 4 // rep["mesh"]["batch"]
+        prog = gpu[key]
+        assert prog.meta["target"] == what and prog.compiler == "gpu"
+        print(expect.check("tiny.dp", prog, grad_bytes=grads))  # one flat async all-reduce
+        m = prog.memory
+        assert m["arguments"] == 2 * 32 * 32 * 4 + 64 * 32 * 4 // prog.meta["mesh"]["batch"]
         assert m["total"] == m["arguments"] + m["outputs"] - m["aliased"] + m["temporaries"]
 
 
 @needs_wheels
-def test_removing_the_batch_annotation_fails_the_gpu_assert(gpu):
-    """The GPU-pattern assert depends on the sharding annotation: replicate the batch and the
-    gradient all-reduce disappears, so "one all-reduce-start of all gradients" raises."""
-    steps.check_data_parallel_gpu(gpu["dp"], grad_bytes=steps.rnn_grad_bytes(4, 32, 2))
-    assert gpu["dp_replicated"]["collectives"] == []
-    with pytest.raises(AssertionError, match="expected one collective"):
-        steps.check_data_parallel_gpu(gpu["dp_replicated"], grad_bytes=steps.rnn_grad_bytes(4, 32, 2))
-    with pytest.raises(AssertionError):
-        steps.check_data_parallel_gpu(gpu["tiny_replicated"], grad_bytes=2 * 32 * 32 * 4)
+def test_removing_the_batch_annotation_fails_the_gpu_expectation(gpu):
+    """The GPU entry depends on the sharding annotation: replicate the batch and the
+    gradient all-reduce disappears, so "one all-reduce of all gradients" raises."""
+    assert gpu["dp_replicated"].collectives == ()
+    with pytest.raises(AssertionError, match="missing: all-reduce async f32"):
+        expect.check("rnn.dp", gpu["dp_replicated"], grad_bytes=4 * (4 + 32 + 2) * 32)
+    with pytest.raises(AssertionError, match="xla:gpu tiny.dp"):
+        expect.check("tiny.dp", gpu["tiny_replicated"], grad_bytes=2 * 32 * 32 * 4)
 
 
 @needs_wheels
-def test_coba_one_async_all_gather_and_resizing_is_exact(gpu):
-    steps.check_coba_gpu(gpu["coba"], 3360, 840)
-    assert len(gpu["coba"]["collectives"]) == 1
-    # built at 840 neurons and traced at 4200 = built at 4200: same program, same bytes
-    assert gpu["coba_resized"]["memory"] == gpu["coba"]["memory"]
-    assert gpu["coba_resized"]["collectives"] == gpu["coba"]["collectives"]
+def test_resizing_a_coba_compile_is_exact(gpu):
+    """Built at 840 neurons and traced at 4200 = built at 4200: same program, same bytes."""
+    print(expect.check("coba.step", gpu["coba"], exc=3360, inh=840))
+    assert gpu["coba_resized"].memory == gpu["coba"].memory
+    assert gpu["coba_resized"].collectives == gpu["coba"].collectives
+
+
+@needs_wheels
+def test_the_compat_report_view_of_a_program(gpu):
+    """Notebooks not yet migrated read a Program as the old report dict."""
+    rep = gpu["coba"]
+    assert rep["memory"] is rep.memory and rep["target"] == "8 x NVIDIA H200"
+    assert rep["collectives"] == [{"op": "all-gather", "async": True, "loop": 0,
+                                   "per_step": True, "backward": False,
+                                   "shapes": ["pred[3360]", "pred[840]"], "nbytes": 4200,
+                                   "computation": rep.collectives[0].computation}]
+    assert gt.traffic(rep, 10) == rep.traffic(10) == (10, 42000)
+    assert gt.table(rep, "t") == rep.table("t")
+    assert rep["child_s"] > 0
 
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("jax_cuda12_plugin") is not None,
@@ -161,6 +182,7 @@ def test_notebook_kernel_never_sees_the_cuda_plugin():
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
     code = ("import jax, importlib.util as u; print(jax.devices()[0].platform, "
             "u.find_spec('jax_plugins') is None, u.find_spec('jax_cuda12_plugin') is None)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env, check=False)
     assert out.stdout.split() == ["cpu", "True", "True"], out.stderr[-2000:]
     assert "cuda" not in out.stderr.lower(), out.stderr[-2000:]

@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from shardbook import DeviceSetupError, hlo, memory, setup_devices, shards
 
@@ -46,7 +47,8 @@ def test_too_late_in_fresh_process():
         "try:\n    setup_devices(verbose=False)\nexcept DeviceSetupError as e:\n    print('raised', e)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS",)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env, check=False)
     assert "raised JAX is running with 1 CPU device(s), but 3 were requested" in out.stdout, out.stderr[-2000:]
 
 
@@ -93,13 +95,16 @@ def test_hlo_collectives_per_step(mesh):
 
         return jax.lax.scan(body, h, None, length=5)[1].sum()
 
-    compiled = jax.jit(f).lower(w, h0).compile()
-    per_step = hlo.count(compiled, per_step=True)
-    assert sum(per_step.values()) >= 1, hlo.summary(compiled)
+    prog = hlo.Program(jax.jit(f).lower(w, h0).compile())
+    assert prog.compiler == "cpu" and prog.devices == N
+    per_step = prog.counts(per_step=True)
+    assert sum(per_step.values()) >= 1, prog.summary()
+    assert [(w.phase, w.known_trip_count) for w in prog.whiles] == [("fwd", 5)]
+    assert all(c.loop == 0 and c.phase == "fwd" for c in prog.collectives if c.per_step)
     # an unsharded program has none
-    compiled1 = jax.jit(f).lower(jnp.ones((16, 16)), jnp.ones((8, 16))).compile()
-    assert hlo.collectives(compiled1) == []
-    assert hlo.summary(compiled1).startswith("no collectives")
+    one = hlo.Program(jax.jit(f).lower(jnp.ones((16, 16)), jnp.ones((8, 16))).compile())
+    assert one.collectives == () and one.devices == 1
+    assert one.summary().startswith("no collectives")
 
 
 def test_hlo_parses_async_and_tuples():
@@ -111,20 +116,23 @@ def test_hlo_parses_async_and_tuples():
         "  %c = f32[512,512]{1,0} constant({...})\n"
         "}\n"
     )
-    cs = hlo.collectives(text)
-    assert [c.op for c in cs] == ["all-gather", "all-reduce"]
-    assert cs[0].nbytes == 64 and cs[1].nbytes == 32
-    assert hlo.constant_bytes(text) == 512 * 512 * 4
+    prog = hlo.Program(text, "gpu")
+    assert [(c.op, c.async_) for c in prog.collectives] == [
+        ("all-gather", True), ("all-reduce", False)]
+    assert prog.collectives[0].nbytes == 64 and prog.collectives[1].nbytes == 32
+    assert prog.collectives[1].shapes == ("f32[4]", "f32[2,2]")
+    assert prog.constant_bytes() == 512 * 512 * 4
+    assert prog.constants() == [("f32[512,512]", 512 * 512 * 4)]
 
 
 def test_closure_constant_is_full_size_on_every_device(mesh):
     rng = np.random.default_rng(0)  # random data: XLA cannot fold it into a broadcast
     big = jax.device_put(rng.standard_normal((256, 256), dtype=np.float32), NamedSharding(mesh, P("x")))
-    as_const = jax.jit(lambda v: big @ v).lower(jnp.ones(256)).compile()
-    as_arg = jax.jit(lambda m, v: m @ v).lower(big, jnp.ones(256)).compile()
-    assert hlo.constant_bytes(as_const) == 256 * 256 * 4
-    assert hlo.constant_bytes(as_arg) == 0
-    assert memory.compiled_memory(as_arg)["arguments"] == 256 * 256 * 4 // 4 + 256 * 4
+    as_const = hlo.Program(jax.jit(lambda v: big @ v).lower(jnp.ones(256)).compile())
+    as_arg = hlo.Program(jax.jit(lambda m, v: m @ v).lower(big, jnp.ones(256)).compile())
+    assert as_const.constant_bytes() == 256 * 256 * 4
+    assert as_arg.constant_bytes() == 0
+    assert as_arg.memory["arguments"] == 256 * 256 * 4 // 4 + 256 * 4
 
 
 def test_ledger_checks():
@@ -203,14 +211,26 @@ def test_byte_axis_ticks_are_round_powers_of_ten():
 def test_hlo_counts_every_result_of_an_async_combined_collective():
     """XLA:GPU's async starts return (operands, results[, context]); combined ones carry
     several results.  Counting only one shape under-reports the bytes (seen on H200)."""
-    from shardbook import hlo
-
     text = """ENTRY %main (p: f32[8]) -> f32[8] {
   %ags = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-start(pred[420]{0} %a, pred[105]{0} %b), channel_id=1
   %ars = (f32[4,32]{1,0}, f32[32,32]{1,0}) all-reduce-start(f32[4,32]{1,0} %x, f32[32,32]{1,0} %y), channel_id=2
   %cps = (f32[8]{0}, f32[8]{0}, u32[], u32[]) collective-permute-start(f32[8]{0} %z), channel_id=3
 }"""
-    cs = hlo.collectives(text)
+    cs = hlo.Program(text, "gpu").collectives
     assert [(c.op, c.nbytes) for c in cs] == [
         ("all-gather", 3360 + 840), ("all-reduce", 4 * (4 * 32 + 32 * 32)),
         ("collective-permute", 32)]
+    assert cs[0].shapes == ("pred[3360]", "pred[840]") and cs[2].shapes == ("f32[8]",)
+
+
+def test_the_region_shows_a_line_the_reader_parses():
+    """The raw HLO line the chapters show (region hlo.collective-line) is one the
+    reader understands: the tuple all-reduce of chapter 2's three gradients."""
+    from shardbook import book
+
+    assert "EXAMPLE_LINE" in book.region("hlo.collective-line")
+    text = "ENTRY %main (p: f32[4]) -> f32[4] {\n  " + hlo.EXAMPLE_LINE + "\n}\n"
+    (c,) = hlo.Program(text, "cpu").collectives
+    assert (c.op, c.async_, c.phase) == ("all-reduce", False, "once")
+    assert c.shapes == ("f32[32,4]", "f32[32,32]", "f32[2,32]")
+    assert c.nbytes == 4 * (32 * 4 + 32 * 32 + 2 * 32) == 4864

@@ -1,0 +1,46 @@
+"""Compiles shared by the test files of one pytest session.
+
+GPU-target compiles run in a child process that starts JAX once (seconds) and compiles
+every job registered so far: test modules :func:`register` their jobs when pytest
+imports them, and the first :func:`gpu` call compiles all of them in ONE child.  CPU
+compiles (``gputarget.compile_here``) are cached by builder, sizes and device count.
+"""
+import json
+
+from shardbook import book
+
+STEPS = "shardbook.gputarget_steps:"
+_JOBS: dict = {}
+_GPU: dict = {}
+_CPU: dict = {}
+
+
+def _key(builder, kwargs, target, devices, hosts):
+    return (builder, json.dumps(kwargs or {}, sort_keys=True), target, devices, hosts)
+
+
+def register(builder: str, kwargs: dict | None = None, *, target: str = "h200",
+             devices: int = 8, hosts: int = 1) -> tuple:
+    """Add a GPU-target job (``builder`` is a name in shardbook.gputarget_steps)."""
+    key = _key(builder, kwargs, target, devices, hosts)
+    _JOBS.setdefault(key, {"builder": STEPS + builder, "kwargs": kwargs or {},
+                           "target": target, "devices": devices, "hosts": hosts})
+    return key
+
+
+def gpu(key: tuple):
+    """The Program of a registered job (all jobs compile together, once)."""
+    if key not in _GPU:
+        todo = [k for k in _JOBS if k not in _GPU]
+        programs = book.gputarget.compile_jobs([_JOBS[k] for k in todo], timeout=580)
+        _GPU.update(zip(todo, programs))
+    return _GPU[key]
+
+
+def here(builder: str, kwargs: dict | None = None, devices: int | None = None):
+    """``compile_here`` of ``builder``, once per session."""
+    key = _key(builder, kwargs, "cpu", devices, 1)
+    if key not in _CPU:
+        _CPU[key] = book.gputarget.compile_here(STEPS + builder, devices=devices,
+                                                **(kwargs or {}))
+    return _CPU[key]
