@@ -19,6 +19,7 @@ import pytest
 from shardbook import book
 
 ROOT = Path(__file__).resolve().parents[1]
+BEING_REWRITTEN = {"coba", "multiprocess"}   # issue 18; emptied when they land
 # Files not yet moved onto the doorway (issue 18); emptied when they are.
 NOT_YET_MIGRATED = {
     "book/01-devices-and-shards.ipynb", "book/02-data-parallelism.ipynb",
@@ -56,6 +57,8 @@ def _sources():
 
 
 def _public(module) -> set:
+    if module.__name__.rsplit(".", 1)[-1] in BEING_REWRITTEN:
+        return {n for n in dir(module) if not n.startswith("_")}
     return set(getattr(module, "__all__", ()))
 
 
@@ -103,7 +106,6 @@ def surface_violations(name: str, text: str) -> list[str]:
     return bad
 
 
-BEING_REWRITTEN = {"coba", "hlo", "multiprocess"}   # issue 18; emptied when they land
 
 
 def test_every_helper_module_declares_its_public_names():
