@@ -228,11 +228,15 @@ def test_files(root: Path = ROOT) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_*.py"))
 
 
-def update_estimates(junit_dir: Path) -> int:
+def update_estimates(junit_dir: Path, note: str | None = None) -> int:
     est = estimates(junit_dir)
-    data = {"about": "seconds per notebook and per test file of one strict ./ci/test, "
-                     "from its JUnit XML (python ci/pool.py --update-estimates); "
-                     "the pool orders its jobs by these when no run is on disk",
+    old = json.loads(ESTIMATES.read_text()) if ESTIMATES.exists() else {}
+    data = {"about": "seconds per job of one strict ./ci/test: notebooks and test "
+                     "files from its JUnit XML, the book build from run.json (python "
+                     "ci/pool.py --update-estimates --note '...'). The pool orders "
+                     "its jobs by these when no earlier run is on disk; only ratios "
+                     "matter.",
+            "note": note if note is not None else old.get("note", ""),
             "seconds": {k: round(v, 1) for k, v in sorted(est.items())}}
     ESTIMATES.write_text(json.dumps(data, indent=1) + "\n")
     print(f"[pool] wrote {ESTIMATES.relative_to(ROOT)} ({len(est)} entries)")
@@ -251,10 +255,11 @@ def main(argv: list[str] | None = None) -> int:
                     default=int(os.environ.get("BOOK_TEST_WORKERS", "2")))
     ap.add_argument("--junit-dir", type=Path, default=None)
     ap.add_argument("--update-estimates", action="store_true")
+    ap.add_argument("--note", help="with --update-estimates: where it was measured")
     args = ap.parse_args(argv)
     junit_dir = args.junit_dir or ROOT / "_build" / "junit" / args.mode
     if args.update_estimates:
-        return update_estimates(junit_dir)
+        return update_estimates(junit_dir, args.note)
     log_dir = ROOT / "_build" / "logs" / args.mode
     junit_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
