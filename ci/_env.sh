@@ -7,6 +7,16 @@ cd "$ROOT"
 VENV="${BOOK_VENV:-$ROOT/.venv}"
 PY_BOOT="${PYTHON:-python3}"
 
+# pip_step WHAT ARGS...: pip install ARGS into the venv; a failure stops the build and
+# says which step failed (pip's own messages are shown). Only one line is dropped: the
+# warning of a pip configuration that names a local index folder that does not exist.
+pip_step() {
+  local what="$1"; shift
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; } \
+    || { echo "[env] pip failed while $what" >&2; exit 1; }
+}
+
 ensure_env() {
   local want stamp extra=()
   # BOOK_NO_INSTALL=1: use the python3 on PATH as it is (a machine without registry access, with
@@ -30,11 +40,12 @@ PY
     echo "[env] creating the virtual environment and installing the pinned requirements"
     local t0=$SECONDS
     "$PY_BOOT" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" || true
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt "${extra[@]}" 2>&1 | grep -v "is ignored" || true
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>&1 | grep -v "is ignored" || true
+    pip_step "upgrading pip" --upgrade pip
+    pip_step "installing requirements.txt${extra[*]:+ and $BOOK_EXTRA_REQUIREMENTS}" \
+      -r requirements.txt "${extra[@]}"
+    pip_step "installing shardbook (editable)" --no-deps --no-build-isolation -e .
     "$VENV/bin/python" -c "import brainpy, jax, nbval, jupyter_book, shardbook" \
-      || { echo "[env] installation failed: see the pip messages above" >&2; exit 1; }
+      || { echo "[env] installation failed: the packages do not import" >&2; exit 1; }
     echo "$want" > "$stamp"
     echo "[env] installed in $((SECONDS - t0)) s"
   fi
@@ -43,11 +54,20 @@ PY
   export TF_CPP_MIN_LOG_LEVEL=2
 }
 
+# A full build: every page read and written again (no cached doctrees), so that every
+# warning of every page fails it.
 build_book() {
   python ci/record.py --ensure
   python ci/validation.py
-  rm -rf _build/html
+  rm -rf _build/html _build/.doctrees
+  build_html
+}
+
+# Build what changed since the last build (./ci/test: the record page, after its run).
+build_html() {
+  local t0=$SECONDS
   jupyter-book build . --builder html -W -n --keep-going
-  echo "[build] 0 warnings (Sphinx ran with -W -n: any warning fails the build)"
+  echo "[build] 0 warnings (Sphinx ran with -W -n: any warning fails the build)," \
+    "$((SECONDS - t0)) s"
   echo "[build] open: $ROOT/_build/html/index.html"
 }

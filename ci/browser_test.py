@@ -12,7 +12,8 @@ Two checks, both offline:
   loaded (naturalWidth > 0), a notebook page must carry the Binder, Colab and Thebe
   launch buttons, and the page must show one search field and must not scroll
   sideways, at 1400 px nor at 400 px (a phone).  At 1400 px a code cell must show
-  88 characters across and an output 100 (the limits of ci/check_notebooks.py).
+  88 characters across and an output 100 (ruff's line-length in pyproject.toml, and
+  the output limit of ci/check_notebooks.py).
   The search page must find "sharding".  A screenshot of each page at 1400 px goes
   to _build/screenshots/.
 
@@ -30,15 +31,21 @@ import shutil
 import sys
 import threading
 import time
+import tomllib
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import check_notebooks
+import notebooks
+
 ROOT = Path(__file__).resolve().parent.parent
 WIDTH, HEIGHT = 1400, 900
 NARROW = 400  # a phone: the page is also measured at this width, for sideways scroll
-# The line limits of ci/check_notebooks.py: at WIDTH, lines this long must fit whole.
-COLUMNS = {"code": 88, "output": 100}
+# The line limits (code: ruff's, output: ci/check_notebooks.py's): at WIDTH, lines
+# this long must fit whole.
+RUFF = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
+COLUMNS = {"code": RUFF["line-length"], "output": check_notebooks.OUTPUT_LIMIT}
 SEARCH_WORD = "sharding"
 CHROMIUM_CANDIDATES = [
     "/usr/bin/chromium", "/usr/bin/chromium-browser",
@@ -146,6 +153,18 @@ def serve(site: Path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def missing_pages(site: Path, root: Path = ROOT) -> list[str]:
+    """Every page of _toc.yml is built, and every notebook of it as a notebook page."""
+    problems = []
+    for source in notebooks.pages(root):
+        page = site / source.relative_to(root).with_suffix(".html")
+        if not page.is_file():
+            problems.append(f"{page.relative_to(site)}: not built (it is in _toc.yml)")
+        elif source.suffix == ".ipynb" and not is_notebook_page(site, page):
+            problems.append(f"{page.relative_to(site)}: not built from its notebook")
+    return problems
 
 
 def is_notebook_page(site: Path, page: Path) -> bool:
@@ -362,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.perf_counter()
     problems = check_links(args.site)
+    if args.site.resolve() == (ROOT / "_build" / "html").resolve():
+        problems += missing_pages(args.site)   # the book itself: every page of _toc.yml
     n = len(html_pages(args.site))
     print(f"[links] {n} pages, {len(problems)} broken local link(s) "
           f"({time.perf_counter() - t0:.1f} s)")

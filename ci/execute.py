@@ -1,19 +1,23 @@
 """Execute one notebook in a fresh kernel, in place, the way ci/regenerate needs it.
 
 Outputs are stored exactly as produced.  Per-cell execution metadata (timestamps) is
-dropped so that a re-run changes the file only where an output changed.
+dropped so that a re-run changes the file only where an output changed.  The notebook
+is read and written by ci/notebooks.py, as nbformat writes it.
 """
 import sys
 from pathlib import Path
 
 import nbformat
+import notebooks as nbs
 from nbclient import NotebookClient
 
 path = Path(sys.argv[1])
-nb = nbformat.read(path, as_version=4)
-client = NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+nb = nbformat.from_dict(nbs.load(path))
+client = NotebookClient(nb, timeout=1800, kernel_name="python3",
+                        resources={"metadata": {"path": str(path.parent)}})
 client.execute()
 for cell in nb.cells:
     cell.metadata.pop("execution", None)
 nb.metadata.pop("widgets", None)
-nbformat.write(nb, path)
+nbformat.validate(nb)
+nbs.save(path, nb)

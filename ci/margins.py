@@ -11,7 +11,10 @@ import argparse
 import datetime
 import json
 import platform
+import sys
 from pathlib import Path
+
+import notebooks as nbs
 
 
 def cpu_model() -> str:
@@ -25,18 +28,15 @@ def cpu_model() -> str:
 
 
 def stored_tolerances() -> dict:
-    """(rtol, atol, exact) of every verdict in the notebooks' stored outputs, by check."""
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from shardbook.verify import VERDICT_RE
+    """(rtol, atol, exact) of every verdict in the notebooks' stored outputs."""
+    sys.path.insert(0, str(nbs.ROOT))
+    from shardbook import book
 
     found: dict = {}
-    for path in sorted(Path(__file__).resolve().parent.parent.glob("book/[0-9]*.ipynb")):
-        for cell in json.loads(path.read_text())["cells"]:
+    for path in nbs.notebooks():
+        for cell in nbs.code_cells(nbs.load(path)):
             for out in cell.get("outputs", []):
-                text = "".join(out.get("text", "")) + "".join(
-                    out.get("data", {}).get("text/plain", ""))
-                for m in VERDICT_RE.finditer(text):
+                for m in book.verify.VERDICT_RE.finditer(nbs.output_text(out)):
                     tol = ((0.0, 0.0, True) if m["rtol"] is None
                            else (float(m["rtol"]), float(m["atol"]), False))
                     found.setdefault(m["check"], set()).add(tol)
@@ -50,7 +50,8 @@ def main() -> None:
     ap.add_argument("--command", default="./ci/margins")
     args = ap.parse_args()
     checks: dict = {}
-    rows = [json.loads(line) for log in args.log for line in Path(log).read_text().splitlines()]
+    rows = [json.loads(line) for log in args.log
+            for line in Path(log).read_text().splitlines()]
     stored = stored_tolerances()
     for r in rows:
         tol = (r["rtol"], r["atol"], r["exact"])
@@ -59,7 +60,8 @@ def main() -> None:
         c = checks.get(r["check"])
         if c is None or (c["rtol"], c["atol"], c["exact"]) != tol:
             # a check's first row, or a newer tolerance (logs are read oldest first)
-            c = checks[r["check"]] = dict(rtol=r["rtol"], atol=r["atol"], exact=r["exact"],
+            c = checks[r["check"]] = dict(rtol=r["rtol"], atol=r["atol"],
+                                          exact=r["exact"],
                                           notebook=r.get("notebook", ""), runs={})
         key = f"{r['isa']}/{r['devices']}"
         worst = c["runs"].get(key, 0.0)
@@ -70,24 +72,31 @@ def main() -> None:
         c["margin"] = None if c["worst_ratio"] == 0 else round(1 / c["worst_ratio"], 1)
         c["runs"] = dict(sorted(c["runs"].items()))
     try:
-        from shardbook.provenance import version
-        versions = {p: version(p) for p in ("jax", "jaxlib", "brainpy", "numpy")}
+        sys.path.insert(0, str(nbs.ROOT))
+        from shardbook import book
+
+        versions = {p: book.provenance.version(p)
+                    for p in ("jax", "jaxlib", "brainpy", "numpy")}
     except Exception:
         versions = {}
     out = dict(
         provenance=dict(
             what="worst |a - b| / (atol + rtol |b|) of each equivalence check; "
                  "margin = 1 / worst (null: bit-identical everywhere)",
-            cpu=cpu_model(), machine=platform.machine(), python=platform.python_version(),
+            cpu=cpu_model(), machine=platform.machine(),
+            python=platform.python_version(),
             versions=versions, command=args.command,
-            date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")),
+            date=datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds")),
         checks=dict(sorted(checks.items())),
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    low = {k: c["margin"] for k, c in checks.items() if c["margin"] is not None and c["margin"] < 10}
+    low = {k: c["margin"] for k, c in checks.items()
+           if c["margin"] is not None and c["margin"] < 10}
     print(f"[margins] {len(checks)} checks written to {args.out}"
-          + (f"; margins under 10x: {low}" if low else "; every margin is at least 10x"))
+          + (f"; margins under 10x: {low}" if low
+             else "; every margin is at least 10x"))
 
 
 if __name__ == "__main__":

@@ -15,24 +15,25 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import notebooks as nbs
+
+ROOT = nbs.ROOT
 OUT = ROOT / "book" / "_generated" / "validation.md"
 MARGINS = ROOT / "book" / "data" / "tolerance_margins.json"
 REASON_RE = re.compile(r"^#\s*output not compared:\s*(.+)$")
 
 
 def ignored_cells(root: Path = ROOT) -> list[dict]:
-    """Every code cell tagged nbval-ignore-output, with its notebook, index and reason."""
+    """Every code cell tagged nbval-ignore-output: its notebook, index and reason."""
     rows = []
-    for path in sorted((root / "book").glob("[0-9][0-9]*.ipynb")):
-        nb = json.loads(path.read_text())
-        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-        for i, cell in enumerate(code, 1):
-            if "nbval-ignore-output" not in cell.get("metadata", {}).get("tags", []):
+    for path in nbs.notebooks(root):
+        for i, cell in enumerate(nbs.code_cells(nbs.load(path)), 1):
+            if "nbval-ignore-output" not in nbs.tags(cell):
                 continue
-            first = "".join(cell["source"]).splitlines()[:1]
+            first = nbs.source(cell).splitlines()[:1]
             m = REASON_RE.match(first[0].strip()) if first else None
-            rows.append(dict(notebook=path.name, cell=i, reason=m.group(1) if m else None))
+            rows.append(dict(notebook=path.name, cell=i,
+                             reason=m.group(1) if m else None))
     return rows
 
 
@@ -43,20 +44,23 @@ def sanitizers(root: Path = ROOT) -> list[tuple[str, str, str]]:
 
 
 def fmt_margin(c: dict) -> str:
-    return "bit-identical in every run" if c["margin"] is None else f"{c['margin']:,.0f}x"
+    if c["margin"] is None:
+        return "bit-identical in every run"
+    return f"{c['margin']:,.0f}x"
 
 
 def write() -> None:
     lines = ["## What strict nbval does not compare", "",
-             "The sanitizers of `ci/sanitize.cfg` replace these patterns in both the stored and "
-             "the fresh output before comparing:", "",
+             "The sanitizers of `ci/sanitize.cfg` replace these patterns in both the "
+             "stored and the fresh output before comparing:", "",
              "| sanitizer | pattern | becomes |", "| --- | --- | --- |"]
     for name, regex, repl in sanitizers():
         cell = regex.replace("|", "\\|")   # a pipe would end the table cell
         lines.append(f"| {name} | `{cell}` | `{repl}` |")
     cells = ignored_cells()
-    lines += ["", "Cells whose output is not compared at all (tag `nbval-ignore-output`; the "
-              "cell still runs, and its asserts still hold):", ""]
+    lines += ["", "Cells whose output is not compared at all (tag "
+              "`nbval-ignore-output`; the cell still runs, and its asserts still "
+              "hold):", ""]
     if cells:
         lines += ["| notebook | code cell | why |", "| --- | ---: | --- |"]
         lines += [f"| `{r['notebook']}` | {r['cell']} | {r['reason']} |" for r in cells]
@@ -68,13 +72,15 @@ def write() -> None:
         prov = data["provenance"]
         lines += [
             f"Measured by `{prov['command']}` on {prov['date'][:10]} ({prov['cpu']}, "
-            f"{prov['machine']}; JAX {prov['versions'].get('jax')}). A margin is the tolerance "
-            "divided by the worst observed difference, over every device count and XLA:CPU "
-            "ISA listed; `tests/test_margins.py` requires at least 10x.", "",
+            f"{prov['machine']}; JAX {prov['versions'].get('jax')}). A margin is the "
+            "tolerance divided by the worst observed difference, over every device "
+            "count and XLA:CPU ISA listed; `tests/test_margins.py` requires at least "
+            "10x.", "",
             "| check | tolerance | runs (ISA / devices) | worst margin |",
             "| --- | --- | --- | ---: |"]
         for name, c in data["checks"].items():
-            tol = "bit for bit" if c["exact"] else f"rtol {c['rtol']:g}, atol {c['atol']:g}"
+            tol = ("bit for bit" if c["exact"]
+                   else f"rtol {c['rtol']:g}, atol {c['atol']:g}")
             runs = ", ".join(c["runs"])
             lines.append(f"| `{name}` | {tol} | {runs} | {fmt_margin(c)} |")
     else:

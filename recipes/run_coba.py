@@ -25,12 +25,14 @@ How the copies find each other (JAX 0.10.2, ``jax/_src/clusters/``):
   the explicit address is what keeps a one-machine run on 127.0.0.1.
 
 What comes out: process 0 prints the spike count of each population (a replicated
-reduction, cheap).  With ``--raster-dir DIR``, every process also writes the spike raster
-of ITS OWN neurons (``addressable_shards``: no communication) as
-``DIR/raster_p<process>_<pop>.npz``, with the first neuron's index; nothing is gathered.
+reduction, cheap).  With ``--raster-dir DIR``, every process also writes the spike
+raster of ITS OWN neurons (``addressable_shards``: no communication) as
+``DIR/raster_p<process>_<pop>.npz``, with the first neuron's index; nothing is
+gathered.
 
-Needs the book's packages on every node:
-    pip install "shardbook[hosted,cuda12] @ git+https://github.com/sharding-brain-dynamics/book"
+Needs the book's packages on every node, at the book's own version (its tag):
+    URL=git+https://github.com/sharding-brain-dynamics/book@v1.1.0
+    pip install "shardbook[hosted,cuda12] @ $URL"
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ import os
 
 
 def initialize_kwargs(environ=os.environ) -> dict:
-    """Arguments for ``jax.distributed.initialize``: none where JAX detects the launcher."""
+    """Arguments for ``jax.distributed.initialize``: none where JAX detects the
+    launcher."""
     out = {}
     if "OMPI_COMM_WORLD_SIZE" in environ and "OMPI_MCA_orte_hnp_uri" not in environ:
         # Open MPI 5 (PRRTE): what JAX's Open MPI 4 detection would have read.
@@ -66,7 +69,8 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=1000, help="time steps of 0.1 ms")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--raster-dir", default=None,
-                   help="write each process's own spike raster here (a shared file system)")
+                   help="write each process's own spike raster here "
+                        "(a shared file system)")
     a = p.parse_args(argv)
 
     # 1. Join the other processes BEFORE importing brainpy: importing it starts JAX's
@@ -83,6 +87,7 @@ def main(argv=None) -> None:
 
     # 2. Now the book's code, unchanged.
     import numpy as np
+
     from shardbook import coba
 
     lead = jax.process_index() == 0
@@ -100,9 +105,11 @@ def main(argv=None) -> None:
             print(f"{pop}: {total} spikes in {a.steps} steps", flush=True)
         if a.raster_dir:
             raster = out[f"{pop}.spike"]
-            mine = sorted(raster.addressable_shards, key=lambda s: s.index[1].start or 0)
+            mine = sorted(raster.addressable_shards,
+                          key=lambda s: s.index[1].start or 0)
             local = np.concatenate([np.asarray(s.data) for s in mine], axis=1)
-            path = os.path.join(a.raster_dir, f"raster_p{jax.process_index()}_{pop}.npz")
+            name = f"raster_p{jax.process_index()}_{pop}.npz"
+            path = os.path.join(a.raster_dir, name)
             np.savez(path, raster=local, first=mine[0].index[1].start or 0)
     jax.distributed.shutdown()
 

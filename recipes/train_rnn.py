@@ -23,12 +23,14 @@ On GPUs both detections give each process ONE GPU: ``local_device_ids=[local ran
 So start as many processes per node as it has GPUs, and let every process see all of
 them (do not give each task its own CUDA_VISIBLE_DEVICES).
 
-Needs the book's packages on every node:
-    pip install "shardbook[hosted,cuda12] @ git+https://github.com/sharding-brain-dynamics/book"
+Needs the book's packages on every node, at the book's own version (its tag):
+    URL=git+https://github.com/sharding-brain-dynamics/book@v1.1.0
+    pip install "shardbook[hosted,cuda12] @ $URL"
 
 Try it without a cluster, on CPU, by faking what srun sets (two terminals, i = 0, 1):
-    JAX_PLATFORMS=cpu JAX_NUM_CPU_DEVICES=2 SLURM_JOB_ID=1 SLURM_STEP_NODELIST=127.0.0.1 \\
-    SLURM_NTASKS=2 SLURM_PROCID=$i SLURM_LOCALID=$i python recipes/train_rnn.py --hidden 840
+    JAX_PLATFORMS=cpu JAX_NUM_CPU_DEVICES=2 SLURM_JOB_ID=1 \\
+    SLURM_STEP_NODELIST=127.0.0.1 SLURM_NTASKS=2 SLURM_PROCID=$i SLURM_LOCALID=$i \\
+    python recipes/train_rnn.py --hidden 840
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ import os
 
 
 def initialize_kwargs(environ=os.environ) -> dict:
-    """Arguments for ``jax.distributed.initialize``: none where JAX detects the launcher."""
+    """Arguments for ``jax.distributed.initialize``: none where JAX detects the
+    launcher."""
     if "OMPI_COMM_WORLD_SIZE" in environ and "OMPI_MCA_orte_hnp_uri" not in environ:
         # Open MPI 5 (PRRTE): pass what JAX's Open MPI 4 detection would have read.
         return dict(
@@ -51,12 +54,14 @@ def initialize_kwargs(environ=os.environ) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--hidden", type=int, default=8 * 840, help="hidden units (divisible by the GPU count)")
+    p.add_argument("--hidden", type=int, default=8 * 840,
+                   help="hidden units (divisible by the GPU count)")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--time", type=int, default=100, help="time steps per sequence")
     p.add_argument("--steps", type=int, default=100, help="training steps")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--checkpoint-dir", default=None, help="an absolute path on a shared file system")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="an absolute path on a shared file system")
     a = p.parse_args()
 
     # 1. Join the other processes BEFORE importing brainpy: importing it starts JAX's
@@ -67,13 +72,16 @@ def main() -> None:
 
     # 2. Now the book's code, unchanged: jax.devices() lists the GPUs of every process.
     import numpy as np
+
     import brainpy.math as bm
+
     from shardbook.models import RNN, make_task, make_train_step
 
     lead = jax.process_index() == 0
     if lead:
         print(f"{jax.process_count()} processes, {jax.device_count()} devices "
-              f"({jax.local_device_count()} per process, {jax.devices()[0].platform})", flush=True)
+              f"({jax.local_device_count()} per process, {jax.devices()[0].platform})",
+              flush=True)
     # One 'hidden' axis over every device.  Each time step all-gathers the hidden
     # state, across nodes too; with fast links inside a node, a ('batch', 'hidden')
     # mesh of shape (nodes, GPUs per node) keeps those collectives inside the node.
@@ -82,7 +90,7 @@ def main() -> None:
     step = make_train_step(model, a.lr)
     xs, ys = make_task(a.batch, a.time, 8, 8, seed=0)  # the same on every process
     for i in range(a.steps):
-        loss = float(step(xs, ys))                     # a replicated scalar: every process can read it
+        loss = float(step(xs, ys))   # a replicated scalar: every process can read it
         if lead and (i % 10 == 0 or i == a.steps - 1):
             print(f"step {i + 1:4d}  loss {loss:.6f}", flush=True)
 
@@ -91,7 +99,8 @@ def main() -> None:
     if a.checkpoint_dir:
         import orbax.checkpoint as ocp
 
-        state = {"weights": {k: v.value for k, v in model.train_vars(method="relative").unique().items()}}
+        weights = model.train_vars(method="relative").unique()
+        state = {"weights": {k: v.value for k, v in weights.items()}}
         with ocp.CheckpointManager(a.checkpoint_dir) as mngr:
             mngr.save(a.steps, args=ocp.args.StandardSave(state))
             mngr.wait_until_finished()

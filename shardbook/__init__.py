@@ -19,4 +19,4 @@ Modules:
 from .devices import DeviceSetupError, divisible_size, mesh_shape_2d, setup_devices
 
 __all__ = ["setup_devices", "DeviceSetupError", "divisible_size", "mesh_shape_2d"]
-__version__ = "1.0.0"
+__version__ = "1.1.0"

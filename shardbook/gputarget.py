@@ -45,6 +45,8 @@ import time
 import traceback
 from pathlib import Path
 
+from . import child
+
 __all__ = [
     "PINS", "TARGETS", "GpuTargetError", "Jobs", "Pending", "Target", "compile_here",
     "compile_jobs", "device_info", "install", "spec_text", "start_jobs", "table",
@@ -60,8 +62,6 @@ SPEC_DIR = Path(__file__).resolve().parent / "gpu_specs"
 TARGETS = {"h200": ("h200.txtpb", "NVIDIA H200"),
            "h100_sxm": ("h100_sxm.txtpb", "NVIDIA H100 SXM")}
 _ALIASES = {"h100": "h100_sxm", "h100-sxm": "h100_sxm", "h100 sxm": "h100_sxm"}
-
-_MARK = "@@gputarget-json@@"
 
 
 class GpuTargetError(RuntimeError):
@@ -290,14 +290,16 @@ def compile_here(builder: str, *, devices: int | None = None, **kwargs):
 
 
 def _child_env(cpu_devices: int, path: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "BOOK_NUM_DEVICES"))}
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in f]
+    """The compile child's environment (:func:`shardbook.child.clean_env`): CPU only,
+    ``XLA_FLAGS`` less a forced device count, plus the pinned CUDA toolkit; the wheels'
+    folder first on ``PYTHONPATH``."""
     ptxas_root = path / "nvidia" / "cuda_nvcc"
-    flags.append(f"--xla_gpu_cuda_data_dir={ptxas_root}")  # the pinned toolkit, not a system one
-    pkg_root = str(Path(__file__).resolve().parent.parent)
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags), TF_CPP_MIN_LOG_LEVEL="3",
-               BOOK_GPU_TARGET_CPU_DEVICES=str(cpu_devices),
-               PYTHONPATH=os.pathsep.join([str(path), pkg_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    env = child.clean_env(dict(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
+                               BOOK_GPU_TARGET_CPU_DEVICES=str(cpu_devices)),
+                          keep=("XLA_FLAGS",), paths=[path])
+    # the pinned toolkit, not a system one
+    flags = env.get("XLA_FLAGS", "").split() + [f"--xla_gpu_cuda_data_dir={ptxas_root}"]
+    env["XLA_FLAGS"] = " ".join(flags)
     return env
 
 
@@ -307,29 +309,23 @@ class Pending:
     def __init__(self, jobs: list[dict], timeout: float, path: Path):
         self.jobs, self.timeout = jobs, timeout
         cpu_devices = max(j.get("devices", 8) * j.get("hosts", 1) for j in jobs)
-        self._t0 = time.perf_counter()
-        self._proc = subprocess.Popen([sys.executable, "-m", "shardbook.gputarget", "child"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=_child_env(cpu_devices, path))
+        self._child = child.start("shardbook.gputarget", "child", input=json.dumps(jobs),
+                                  env=_child_env(cpu_devices, path), timeout=timeout,
+                                  name="the GPU-target child")
         self._results = None
 
     def result(self) -> list[dict]:
         """One :func:`report` dict per job; raises :class:`GpuTargetError` on any failure."""
         if self._results is not None:
             return self._results
-        left = max(1.0, self.timeout - (time.perf_counter() - self._t0))
         try:
-            out, err = self._proc.communicate(json.dumps(self.jobs), timeout=left)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.communicate()
+            results = self._child.result()
+        except child.ChildTimeout:
             names = ", ".join(j["builder"].split(":")[-1] for j in self.jobs)
             raise GpuTargetError(f"GPU-target compile of {len(self.jobs)} job(s) did not finish within "
                                  f"{self.timeout:g} s ({names}); the child was stopped") from None
-        lines = [ln for ln in out.splitlines() if ln.startswith(_MARK)]
-        if self._proc.returncode or not lines:
-            raise GpuTargetError(f"the GPU-target child failed (exit {self._proc.returncode}):\n{err[-4000:]}")
-        results = json.loads(lines[-1][len(_MARK):])
+        except child.ChildError as e:
+            raise GpuTargetError(str(e)) from None
         for job, res in zip(self.jobs, results):
             if "error" in res:
                 raise GpuTargetError(f"{job['builder']} {job.get('kwargs', {})} on "
@@ -389,7 +385,7 @@ def _child() -> None:
             results.append({"error": traceback.format_exc()[-4000:]})
     for r in results:
         r["child_s"] = time.perf_counter() - t0
-    print(_MARK + json.dumps(results), flush=True)
+    child.answer(results)   # one marked JSON line on stdout (shardbook.child)
 
 
 def _main(argv: list[str]) -> int:

@@ -34,16 +34,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
-import tempfile
-import time
 
-from . import jax_private
+from . import child, jax_private
 
-RESULT_PREFIX = "SHARDBOOK-RESULT "
 LOOPBACK = "127.0.0.1"
 
 # The model and task of the multi-process run: the chapter-3 RNN, small enough that
@@ -254,20 +248,11 @@ def free_port() -> int:
 
 
 def child_env(extra: dict | None = None) -> dict:
-    """This process's environment for a CPU-only child: JAX_PLATFORMS=cpu, no forced device count."""
-    env = dict(os.environ)
-    env["JAX_PLATFORMS"] = "cpu"
-    # The worker sets its own device count; a count forced through XLA_FLAGS would win.
-    flags = [f for f in env.get("XLA_FLAGS", "").split()
-             if not f.startswith("--xla_force_host_platform_device_count")]
-    env["XLA_FLAGS"] = " ".join(flags)
-    env.pop("BOOK_NUM_DEVICES", None)
-    env.update(extra or {})
-    return env
-
-
-def _tail(text: str, n: int = 15) -> str:
-    return "\n".join(text.strip().splitlines()[-n:])
+    """The environment of a CPU-only child (:func:`shardbook.child.clean_env`): no
+    ``JAX_*`` or ``BOOK_NUM_DEVICES`` of this process, ``XLA_FLAGS`` less a forced
+    device count (the worker sets its own), ``JAX_PLATFORMS=cpu``, then ``extra``."""
+    return child.clean_env(dict(JAX_PLATFORMS="cpu", **(extra or {})),
+                           keep=("XLA_FLAGS",))
 
 
 def launch(num_processes: int = 2, devices_per_process: int = 4, timeout_s: float = 240,
@@ -282,54 +267,18 @@ def launch(num_processes: int = 2, devices_per_process: int = 4, timeout_s: floa
     process index.
     """
     port = free_port()
-    args = [sys.executable, "-m", "shardbook.multiprocess", "--num-processes", str(num_processes),
-            "--port", str(port), "--devices-per-process", str(devices_per_process),
-            "--task", json.dumps(task)]
-    procs, outs, errs = [], [], []
+    args = ["--num-processes", num_processes, "--port", port,
+            "--devices-per-process", devices_per_process, "--task", json.dumps(task)]
+    procs = []
     try:
         for i in range(num_processes):
-            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-            outs.append(out)
-            errs.append(err)
-            procs.append(subprocess.Popen(
-                args + ["--process-id", str(i)], stdout=out, stderr=err, env=child_env(),
-                start_new_session=True))   # its own process group: killable with children
-        deadline = time.monotonic() + timeout_s
-        while any(p.poll() is None for p in procs):
-            failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
-            if failed:
-                raise RuntimeError(_failure(procs, errs, failed[0], "failed"))
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the {num_processes} processes did not finish within "
-                                   f"{timeout_s:.0f} s; all were killed")
-            time.sleep(0.05)
-        failed = [i for i, p in enumerate(procs) if p.returncode != 0]
-        if failed:
-            raise RuntimeError(_failure(procs, errs, failed[0], "failed"))
-        reports = []
-        for i, out in enumerate(outs):
-            out.seek(0)
-            lines = [ln for ln in out.read().splitlines() if ln.startswith(RESULT_PREFIX)]
-            if not lines:
-                raise RuntimeError(_failure(procs, errs, i, "reported nothing"))
-            reports.append(json.loads(lines[-1][len(RESULT_PREFIX):]))
-        return sorted(reports, key=lambda r: r["process_index"])
+            procs.append(child.start("shardbook.multiprocess", *args, "--process-id", i,
+                                     env=child_env(), name=f"process {i}"))
+        reports = child.wait_all(procs, timeout=timeout_s)
     finally:
         for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-        for f in outs + errs:
-            f.close()
-
-
-def _failure(procs, errs, i, what) -> str:
-    errs[i].seek(0)
-    return (f"process {i} {what} (exit code {procs[i].returncode}); end of its stderr:\n"
-            + _tail(errs[i].read()))
+            p.kill()
+    return sorted(reports, key=lambda r: r["process_index"])
 
 
 def main(argv=None) -> None:
@@ -342,7 +291,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     report = worker(a.process_id, a.num_processes, a.port, a.devices_per_process,
                     **json.loads(a.task))
-    print(RESULT_PREFIX + json.dumps(report), flush=True)
+    child.answer(report)   # one marked JSON line on stdout (shardbook.child)
 
 
 if __name__ == "__main__":

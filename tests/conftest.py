@@ -4,7 +4,11 @@ JAX fixes the device count when its backend starts, so it is set here, when pyte
 loads this file and before any test module imports JAX or BrainPy.
 """
 import os
+import sys
+from pathlib import Path
 
+# ci/ on the path: tests list and read the notebooks through ci/notebooks.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci"))
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ["BOOK_NUM_DEVICES"] = "4"
 

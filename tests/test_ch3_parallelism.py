@@ -4,11 +4,12 @@ needs both of its fixes.
 
 Runs in this pytest process, with 4 simulated CPU devices (tests/conftest.py).
 """
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
 
 import jax
 import brainpy as bp
@@ -25,7 +26,7 @@ I, H, O, B, T = 8, 840, 8, 8, 20
 
 def notebook_tolerance(check: str) -> dict:
     """rtol and atol of ``check`` as the notebook's stored verdict states them."""
-    nb = json.loads(NOTEBOOK.read_text())
+    nb = nbs.load(NOTEBOOK)
     for cell in nb["cells"]:
         for out in cell.get("outputs", []):
             text = "".join(out.get("text", ""))

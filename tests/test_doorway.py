@@ -7,12 +7,12 @@
   canonical one at 1 to 8 devices.
 * Every source region a notebook shows exists, and region markers are checked.
 """
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import jax
+import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
 import pytest
 
 from shardbook import book
@@ -109,8 +109,7 @@ def test_configuration_errors_are_clear():
 
 # ------------------------------------------------------------------------- regions
 def _notebook_code(path: Path) -> str:
-    cells = json.loads(path.read_text())["cells"]
-    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return nbs.code(path)
 
 
 _NAMED = re.compile(r"\b(?:book\.)?(?:show|region)\(((?:\s*\"[\w.\-]+\"\s*,?)+)")
@@ -118,14 +117,14 @@ _NAMED = re.compile(r"\b(?:book\.)?(?:show|region)\(((?:\s*\"[\w.\-]+\"\s*,?)+)"
 
 def test_every_region_a_notebook_shows_exists():
     known = book.regions()
-    for path in sorted((ROOT / "book").glob("*.ipynb")):
+    for path in nbs.notebooks():
         for call in _NAMED.finditer(_notebook_code(path)):
             for name in re.findall(r"\"([\w.\-]+)\"", call.group(1)):
                 assert name in known, f"{path.name} shows region {name!r}, which is gone"
 
 
 def test_no_notebook_cuts_source_by_string():
-    for path in sorted((ROOT / "book").glob("*.ipynb")):
+    for path in nbs.notebooks():
         code = _notebook_code(path)
         for banned in ("getsource", "excerpt(", "show_source(", "source_section("):
             if path.stem in NOT_YET_MIGRATED:

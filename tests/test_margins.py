@@ -17,17 +17,16 @@ from shardbook.verify import VERDICT_RE
 ROOT = Path(__file__).resolve().parent.parent
 MARGINS = ROOT / "book" / "data" / "tolerance_margins.json"
 sys.path.insert(0, str(ROOT / "ci"))
+import notebooks as nbs  # noqa: E402
 from validation import ignored_cells  # noqa: E402
 
 
 def stored_verdicts() -> dict:
     found = {}
-    for path in sorted((ROOT / "book").glob("[0-9][0-9]*.ipynb")):
-        for cell in json.loads(path.read_text())["cells"]:
+    for path in nbs.notebooks():
+        for cell in nbs.code_cells(nbs.load(path)):
             for out in cell.get("outputs", []):
-                text = "".join(out.get("text", "")) + "".join(
-                    out.get("data", {}).get("text/plain", ""))
-                for m in VERDICT_RE.finditer(text):
+                for m in VERDICT_RE.finditer(nbs.output_text(out)):
                     tol = None if m["rtol"] is None else (float(m["rtol"]), float(m["atol"]))
                     found.setdefault(m["check"], set()).add((path.name, tol))
     return found

@@ -5,13 +5,13 @@ test takes seconds: 2 processes x 2 simulated CPU devices, hidden size 8.
 """
 import os
 import socket
+import subprocess
 import time
 
 import numpy as np
 import pytest
 
-from shardbook import multiprocess as mp
-from shardbook import verify
+from shardbook import multiprocess as mp, verify
 
 TINY = dict(num_in=4, hidden=8, num_out=2, batch=4, time=5, steps=2)
 
@@ -64,8 +64,10 @@ def test_two_processes_match_one_process(both):
     assert cols == ["0:2", "2:4", "4:6", "6:8"]
 
     # the same run in this process (4 devices, see conftest.py)
-    import brainpy.math as bm
     import jax
+
+    import brainpy.math as bm
+
     from shardbook.models import RNN, make_task, make_train_step
 
     c = {**mp.DEFAULTS, **TINY}
@@ -89,14 +91,14 @@ def test_failure_is_reported_and_all_processes_stop():
 
 def test_timeout_kills_every_process(monkeypatch):
     started = []
-    real_popen = mp.subprocess.Popen
+    real_popen = subprocess.Popen
 
     def spy(*a, **k):
         p = real_popen(*a, **k)
         started.append(p)
         return p
 
-    monkeypatch.setattr(mp.subprocess, "Popen", spy)
+    monkeypatch.setattr(subprocess, "Popen", spy)   # shardbook.child starts them
     with pytest.raises(TimeoutError, match="all were killed"):
         mp.launch(num_processes=2, devices_per_process=2, timeout_s=0.5, **TINY)
     assert len(started) == 2 and all(p.poll() is not None for p in started)

@@ -8,10 +8,10 @@
   attribute at all.
 """
 import ast
-import json
 import re
 from pathlib import Path
 
+import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
 import pytest
 
 from shardbook import book
@@ -40,8 +40,7 @@ NOT_YET_MIGRATED = {
 
 
 def _code_of_notebook(path: Path) -> str:
-    cells = json.loads(path.read_text())["cells"]
-    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    code = nbs.code(path)
     # IPython magics and shell lines are not Python
     return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
                      for ln in code.splitlines())
@@ -54,7 +53,7 @@ def _files():
         for path in sorted((ROOT / folder).rglob("*.py")):
             if path != QUARANTINE and path.name not in ("jax_private.py", "test_private.py"):
                 out.append((str(path.relative_to(ROOT)), path.read_text()))
-    for path in sorted((ROOT / "book").glob("*.ipynb")):
+    for path in nbs.notebooks():
         if path.stem not in NOT_YET_MIGRATED:
             out.append((str(path.relative_to(ROOT)), _code_of_notebook(path)))
     return out

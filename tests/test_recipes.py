@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from netwatch import check_loopback_only, session_pids, watch_listeners
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -182,9 +183,11 @@ def test_train_rnn_under_fake_slurm(tmp_path):
     assert sorted(os.listdir(ckpt)) == ["2"] and (ckpt / "2" / "commit_success.txt").exists()
 
     # the same training in this process, on its 4 devices, gives the same losses
-    import brainpy.math as bm
     import jax
     import numpy as np
+
+    import brainpy.math as bm
+
     from shardbook.models import RNN, make_task, make_train_step
 
     with bm.sharding.device_mesh(np.array(jax.devices()), ["hidden"]):
@@ -236,65 +239,6 @@ def _load(path):
     return mod
 
 
-def _address(hex_address: str) -> str:
-    """An address of /proc/net/tcp{,6} ('0100007F:1F90') as text ('127.0.0.1')."""
-    import socket
-
-    host = hex_address.split(":")[0]
-    raw = b"".join(bytes.fromhex(host[i:i + 8])[::-1] for i in range(0, len(host), 8))
-    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
-
-
-def _is_loopback(address: str) -> bool:
-    import ipaddress
-
-    ip = ipaddress.ip_address(address)
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return ip.is_loopback or bool(mapped and mapped.is_loopback)
-
-
-def _session_pids(session: int) -> list[int]:
-    """The processes of a session (a launcher started with start_new_session=True)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session:            # the session id
-                pids.append(int(d))
-    return pids
-
-
-def _listeners_of(pids) -> set:
-    """(pid, address, port) of every listening TCP socket of the processes `pids`."""
-    owner = {}
-    for pid in pids:
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if link.startswith("socket:["):
-                    owner[link[8:-1]] = pid
-        except OSError:
-            continue
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            next(f)
-            for line in f:
-                parts = line.split()
-                if parts[3] == "0A" and parts[9] in owner:   # 0A: LISTEN
-                    found.add((owner[parts[9]], _address(parts[1]),
-                               int(parts[1].split(":")[1], 16)))
-    return found
-
-
-def _listeners(session: int) -> set:
-    return _listeners_of(_session_pids(session))
-
-
 def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     """mpiexec.gforker (MPICH, PyPI) runs COBA-HH in 2 ranks x 1 CPU device.
 
@@ -302,8 +246,6 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     loopback (and the JAX coordinator is among them, so the check is not vacuous);
     the spike rasters that the ranks write equal this process's run bit for bit.
     """
-    import time
-
     from shardbook import verify
     from shardbook.multiprocess import child_env, free_port
 
@@ -317,26 +259,16 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
                                  "--steps", str(steps), "--raster-dir", str(tmp_path)],
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        seen, deadline = set(), time.monotonic() + 150
-        try:
-            while proc.poll() is None:
-                seen |= _listeners(proc.pid)
-                assert time.monotonic() < deadline, "the MPI run took over 150 s"
-                time.sleep(0.05)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait()
+        seen = watch_listeners(proc, lambda: session_pids(proc.pid), 150, "the MPI run")
     text = log.read_text()
     assert proc.returncode == 0, text[-3000:]
     assert "2 processes, 2 devices (1 per process, cpu)" in text
-    assert any(p == port for _, _, p in seen), f"the coordinator was never seen: {seen}"
-    outside = [s for s in seen if not _is_loopback(s[1])]
-    assert not outside, f"listening beyond loopback: {outside}"
+    check_loopback_only(seen, port)
 
     # the same network in this process, on 2 of its devices
     import jax
     import numpy as np
+
     from shardbook import coba
 
     net = coba.build(jax.devices()[:2], scale=scale, seed=0)

@@ -25,12 +25,14 @@ sys.path.insert(0, str(ROOT / "_ext"))
 
 import browser_test  # noqa: E402
 import check_notebooks  # noqa: E402
+import notebooks as nbs  # noqa: E402
+import pool  # noqa: E402
 import record  # noqa: E402
 import site_fixes  # noqa: E402
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]  # the one place the repository URL is set
-NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+NOTEBOOKS = nbs.notebooks()   # _toc.yml's, in reading order
 GITHUB = re.compile(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 SELF_LINK = re.compile(
     r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/(?:blob|tree|raw)/"
@@ -39,10 +41,14 @@ SELF_LINK = re.compile(
 
 
 def _first_code_cell(path: Path) -> str:
-    nb = json.loads(path.read_text())
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code")
-    src = cell["source"]
-    return "".join(src) if isinstance(src, list) else src
+    return nbs.source(nbs.first_code_cell(nbs.load(path)))
+
+
+def test_every_notebook_is_in_the_table_of_contents():
+    assert NOTEBOOKS, "no notebook found through _toc.yml"
+    assert nbs.orphans() == [], "notebooks that _toc.yml does not list are never built"
+    names = [p.name for p in NOTEBOOKS]
+    assert names[0].startswith("01-") and len(set(names)) == len(names)
 
 
 # ------------------------------------------------------------ repository URL
@@ -147,7 +153,7 @@ def test_binder_environment_is_the_books_pinned_environment():
     # repo2docker reads runtime.txt as python-X.Y; the book needs 3.11 or newer.
     runtime = (binder / "runtime.txt").read_text().strip()
     assert re.fullmatch(r"python-3\.(1[1-9])", runtime), runtime
-    ci = yaml.safe_load((ROOT / ".github/workflows/cpu.yml").read_text())
+    ci = yaml.safe_load((ROOT / ".github/workflows/book.yml").read_text())
     steps = ci["jobs"]["test"]["steps"]
     versions = [s["with"]["python-version"] for s in steps if "setup-python" in
                 s.get("uses", "")]
@@ -225,13 +231,26 @@ def test_record_without_timings_ships_no_placeholder(tmp_path):
     assert "Run times come from the test run" in page
 
 
+def _junit(path: Path, seconds: float, tests: int, failures: int = 0) -> None:
+    cases = "".join(f'<testcase classname="book.x" name="Cell {i}" time="0.1"/>'
+                    for i in range(tests))
+    path.write_text(f'<?xml version="1.0" encoding="utf-8"?><testsuites>'
+                    f'<testsuite name="pytest" errors="0" failures="{failures}" '
+                    f'skipped="0" tests="{tests}" time="{seconds}">{cases}'
+                    f'</testsuite></testsuites>')
+
+
 def test_record_with_timings_shows_them(tmp_path):
-    timings = tmp_path / "t.tsv"
-    timings.write_text("book/01-a.ipynb\t12\tpassed\nbook/02-b.ipynb\t30\tpassed\n")
+    """The run times come from the JUnit XML of each notebook's job."""
+    first, second = NOTEBOOKS[:2]
+    _junit(tmp_path / pool.junit_name(str(first)), 12.4, 30)
+    _junit(tmp_path / pool.junit_name(str(second)), 29.7, 20, failures=2)
     out = tmp_path / "record.md"
-    record.write(timings, out)
+    record.write(tmp_path, out)
     text = out.read_text()
     assert record.TIMES_HEADER in text and "| **total** | 42 | |" in text
+    assert f"| `book/{first.name}` | 12 | passed |" in text
+    assert f"| `book/{second.name}` | 30 | FAILED (2 of 20 cells) |" in text
     html = tmp_path / "record.html"
     html.write_text(f"<h2>{record.TIMES_HEADING}</h2><table><td>12</td></table>")
     assert record.check_html(html) == 0
@@ -250,29 +269,45 @@ def test_every_workflow_passes_actionlint():
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def test_pages_workflow_publishes_the_tested_build():
-    wf = yaml.safe_load((ROOT / ".github/workflows/pages.yml").read_text())
+WORKFLOW = ROOT / ".github/workflows/book.yml"
+
+
+def test_one_workflow_tests_every_push_and_publishes_that_build():
+    """The suite runs once per push; on main, Pages gets the build that was tested."""
+    wf = yaml.safe_load(WORKFLOW.read_text())
     on = wf[True] if True in wf else wf["on"]  # YAML reads a bare `on` as True
-    assert on["push"]["branches"] == ["main"]
-    assert wf["permissions"] == {"contents": "read", "pages": "write",
-                                 "id-token": "write"}
-    steps = wf["jobs"]["build"]["steps"]
+    assert "push" in on and "pull_request" in on
+    assert wf["permissions"] == {"contents": "read"}
+    steps = wf["jobs"]["test"]["steps"]
     runs = [s.get("run", "") for s in steps]
     uses = [s.get("uses", "") for s in steps]
-    test = runs.index("./ci/test")
-    check = next(i for i, r in enumerate(runs) if "record.py --check-html" in r)
+    test = runs.index(".ci/run")
     upload = next(i for i, u in enumerate(uses) if "upload-pages-artifact" in u)
-    assert test < check < upload, "test, check the record, then upload"
+    assert test < upload, "test, then upload what was tested"
     assert steps[upload]["with"]["path"] == "_build/html"
+    assert steps[upload]["if"] == "github.ref == 'refs/heads/main'"
     deploy = wf["jobs"]["deploy"]
-    assert deploy["needs"] == "build"
+    assert deploy["needs"] == "test"
+    assert deploy["if"] == "github.ref == 'refs/heads/main'"
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert any("actions/deploy-pages" in s.get("uses", "") for s in deploy["steps"])
+    assert not any("run" in s for s in deploy["steps"]), "deploy runs nothing again"
+    # ./ci/test itself checks that the record page carries the run's times
+    assert "record.py --check-html _build/html/book/record.html" in (
+        ROOT / "ci" / "test").read_text()
+    # no other workflow runs the CPU suite (gpu.yml runs ./ci/test --gpu)
+    for other in (ROOT / ".github/workflows").glob("*.yml"):
+        if other != WORKFLOW:
+            text = other.read_text()
+            assert ".ci/run" not in text, other.name
+            assert not re.search(r"ci/test\s*$", text, re.M), other.name
 
 
-def test_cpu_workflow_keeps_the_screenshots():
-    wf = yaml.safe_load((ROOT / ".github/workflows/cpu.yml").read_text())
+def test_workflow_keeps_the_screenshots_and_the_test_logs():
+    wf = yaml.safe_load(WORKFLOW.read_text())
     paths = [s.get("with", {}).get("path") for s in wf["jobs"]["test"]["steps"]]
     assert "_build/screenshots" in paths
+    assert any(p and "_build/junit" in p for p in paths)
 
 
 # ------------------------------------------------------------ link and browser checks
@@ -287,6 +322,23 @@ def test_link_checker_reports_a_missing_image_and_anchor(tmp_path):
     assert any("figure.png: no such file" in p for p in problems), problems
     assert any("#nowhere" in p and "no anchor" in p for p in problems), problems
     assert len(problems) == 2, problems
+
+
+def test_every_page_of_the_toc_must_be_built(tmp_path):
+    pages = [p.relative_to(ROOT) for p in nbs.pages()]
+    for rel in pages:
+        (tmp_path / rel.with_suffix(".html")).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel.with_suffix(".html")).write_text("<html></html>")
+        if rel.suffix == ".ipynb":
+            (tmp_path / "_sources" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "_sources" / rel).write_text("{}")
+    assert browser_test.missing_pages(tmp_path) == []
+    gone, plain = NOTEBOOKS[-1].relative_to(ROOT), NOTEBOOKS[0].relative_to(ROOT)
+    (tmp_path / gone.with_suffix(".html")).unlink()
+    (tmp_path / "_sources" / plain).unlink()
+    assert browser_test.missing_pages(tmp_path) == [
+        f"{plain.with_suffix('.html')}: not built from its notebook",
+        f"{gone.with_suffix('.html')}: not built (it is in _toc.yml)"]
 
 
 def test_browser_test_fails_on_a_missing_image_a_wide_page_and_an_error(tmp_path):
@@ -325,8 +377,8 @@ def _code(source: str, outputs=(), tags=()) -> dict:
             "metadata": {"tags": list(tags)}, "execution_count": None}
 
 
-def test_notebook_checker_catches_long_lines(tmp_path, capsys):
-    long_code = "x = " + "1 + " * 30 + "1"  # 126 characters
+def test_notebook_checker_catches_long_output_lines(tmp_path, capsys):
+    long_code = "x = " + "1 + " * 30 + "1"  # 126 characters: ruff's business, not this
     nb = _notebook(tmp_path / "bad.ipynb", [
         {"cell_type": "markdown", "source": "a" * 200, "metadata": {}},
         _code("ok = 1\n" + long_code),
@@ -335,15 +387,24 @@ def test_notebook_checker_catches_long_lines(tmp_path, capsys):
         _code(long_code, [{"output_type": "display_data",
                            "data": {"text/html": "<p/>", "text/plain": "z" * 300}}],
               tags=["remove-input"]),
+        _code("x", [{"output_type": "stream", "name": "stdout", "text": "w" * 120}],
+              tags=["remove-output"]),
     ])
-    assert check_notebooks.long_lines(nb) == [
-        ("code", 1, 2, len(long_code)), ("output", 2, 2, 101)]
+    assert check_notebooks.long_lines(nb) == [(2, 2, 101)]
     assert check_notebooks.main([str(nb)]) == 1
     out = capsys.readouterr().out
-    assert "bad.ipynb: cell 1, code line 2" in out
     assert "bad.ipynb: cell 2, output line 2: 101 characters (limit 100)" in out
 
-    good = _notebook(tmp_path / "good.ipynb", [_code("x = 1", [
+    good = _notebook(tmp_path / "good.ipynb", [_code(long_code, [
         {"output_type": "error", "ename": "E", "evalue": "",
          "traceback": ["\x1b[0;31m" + "e" * 100 + "\x1b[0m"]}])])
     assert check_notebooks.main([str(good)]) == 0
+
+
+def test_ruff_sets_the_code_line_limit():
+    """Code lines: ruff (E501 at 88, the one setting), pinned in requirements.txt."""
+    ruff = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
+    assert ruff["line-length"] == 88 == browser_test.COLUMNS["code"]
+    assert {"E", "F", "W", "I"} <= set(ruff["lint"]["select"])
+    assert "ruff==" in (ROOT / "requirements.txt").read_text()
+    assert browser_test.COLUMNS["output"] == check_notebooks.OUTPUT_LIMIT == 100

@@ -11,13 +11,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from test_recipes import _is_loopback, _listeners_of
+from netwatch import check_loopback_only, watch_listeners
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "recipes" / "slurm_local_cluster.sh"
@@ -66,25 +64,17 @@ def test_srun_two_tasks_coba_equals_one_process(tmp_path):
                  str(ROOT / "recipes" / "run_coba.py"), "--scale", str(scale), "--steps",
                  str(steps), "--raster-dir", str(out)],
                 cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-            seen, deadline = set(), time.monotonic() + 200
-            try:
-                while proc.poll() is None:
-                    seen |= _listeners_of(_rank_pids(str(out)))
-                    assert time.monotonic() < deadline, "the srun step took over 200 s"
-                    time.sleep(0.05)
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
+            seen = watch_listeners(proc, lambda: _rank_pids(str(out)), 200,
+                                   "the srun step")
         text = log.read_text()
         assert proc.returncode == 0, text[-3000:]
         assert "2 processes, 2 devices (1 per process, cpu)" in text
-        assert any(p == port for _, _, p in seen), f"no coordinator seen: {seen}"
-        assert not [s for s in seen if not _is_loopback(s[1])], seen
+        check_loopback_only(seen, port)
     finally:
         subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=60)
 
     import jax
+
     from shardbook import coba
 
     net = coba.build(jax.devices()[:2], scale=scale, seed=0)

@@ -1,0 +1,307 @@
+"""Run the book's test jobs as a small pool: a few at a time, longest first.
+
+  python ci/pool.py --mode strict --tests NOTEBOOK ...     (./ci/test calls this)
+
+Every notebook is one job: ``pytest --nbval`` on that notebook alone, so it runs in a
+fresh kernel, with the flags of its mode (strict nbval with ``ci/sanitize.cfg``, or
+lax).  With ``--tests`` the helper tests (``tests/``) are a few more jobs, the test
+files packed into groups of about equal time.  ``--workers`` jobs run at once (default
+2: CI's machine has 2 cores), the longest first (the LPT rule: on two workers the
+makespan is at most 7/6 of the best possible).  A job's time comes from the JUnit XML
+of the last run (``--junit-dir``, written by every job with ``--junitxml``), else from
+the committed estimate ``ci/estimates.json``, else 60 s.
+
+Each job's output goes to ``_build/logs/<job>.log``; the log of a failed job, and the
+helper tests' summary, are printed at the end.  Exit status 1 if any job failed.
+``python ci/pool.py --update-estimates`` rewrites ``ci/estimates.json`` from the
+JUnit XML of the last strict run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ESTIMATES = ROOT / "ci" / "estimates.json"
+DEFAULT_S = 60.0
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+FLAGS = {
+    "strict": ["--nbval", "--nbval-sanitize-with", "ci/sanitize.cfg"],
+    "portable": ["--nbval", "--nbval-sanitize-with", "ci/sanitize.cfg"],
+    "lax": ["--nbval-lax"],
+    "gpu": ["--nbval-lax"],
+}
+
+
+# ---------------------------------------------------------------- JUnit XML
+
+
+@dataclass
+class Suite:
+    """What one pytest run's JUnit XML says."""
+
+    seconds: float
+    tests: int
+    failures: int
+    skipped: int
+    by_file: dict = field(default_factory=dict)   # tests/test_x.py -> seconds
+
+    @property
+    def passed(self) -> bool:
+        return self.failures == 0 and self.tests > 0
+
+
+def read_junit(path: Path) -> Suite:
+    """The totals of a JUnit XML file that pytest wrote (``--junitxml``)."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    total = Suite(0.0, 0, 0, 0)
+    for s in suites:
+        total.seconds += float(s.get("time", 0))
+        total.tests += int(s.get("tests", 0))
+        total.failures += int(s.get("failures", 0)) + int(s.get("errors", 0))
+        total.skipped += int(s.get("skipped", 0))
+        for case in s.iter("testcase"):
+            cls = case.get("classname", "")
+            if cls.startswith("tests."):
+                name = "tests/" + cls.split(".")[1] + ".py"
+                total.by_file[name] = total.by_file.get(name, 0.0) + float(
+                    case.get("time", 0))
+    return total
+
+
+def junit_name(job: str) -> str:
+    """The XML file of a job: ``book/01-x.ipynb`` -> ``01-x.xml``."""
+    return Path(job).stem + ".xml"
+
+
+# ---------------------------------------------------------------- estimates
+
+
+def estimates(junit_dir: Path | None) -> dict[str, float]:
+    """Seconds per notebook and per test file: the last run's, else the committed."""
+    est: dict[str, float] = {}
+    if ESTIMATES.exists():
+        data = json.loads(ESTIMATES.read_text())
+        est.update({k: float(v) for k, v in data.get("seconds", {}).items()})
+    if junit_dir and junit_dir.is_dir():
+        for xml in junit_dir.glob("*.xml"):
+            try:
+                suite = read_junit(xml)
+            except (ET.ParseError, OSError, ValueError):
+                continue
+            if suite.by_file:
+                est.update(suite.by_file)
+            else:
+                est[xml.stem] = suite.seconds
+        run = junit_dir / "run.json"   # jobs that write no JUnit XML (the book build)
+        if run.exists():
+            by_job = json.loads(run.read_text()).get("by_job", {})
+            if BOOK_JOB in by_job:
+                est[BOOK_JOB] = by_job[BOOK_JOB]["seconds"]
+    return est
+
+
+def seconds_of(job: str, est: dict[str, float]) -> float:
+    return est.get(Path(job).stem, est.get(job, DEFAULT_S))
+
+
+def pack(files: list[str], groups: int, est: dict[str, float]) -> list[list[str]]:
+    """Test files into ``groups`` lists of about equal estimated time (LPT)."""
+    bins: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(max(1, groups))]
+    for f in sorted(files, key=lambda f: -est.get(f, DEFAULT_S / 4)):
+        i = min(range(len(bins)), key=lambda k: bins[k][0])
+        bins[i] = (bins[i][0] + est.get(f, DEFAULT_S / 4), bins[i][1] + [f])
+    return [sorted(b) for _, b in bins if b]
+
+
+# ---------------------------------------------------------------- jobs
+
+
+@dataclass
+class Job:
+    name: str          # what the report calls it
+    argv: list[str]
+    env: dict
+    estimate: float
+    junit: Path
+    log: Path
+    is_tests: bool = False
+    seconds: float = 0.0
+    status: str = "not run"
+    worker: int = -1
+
+
+BOOK_JOB = "book build"
+
+
+def make_jobs(mode: str, notebooks: list[str], test_groups: list[list[str]],
+              junit_dir: Path, log_dir: Path, est: dict[str, float],
+              book: bool = False) -> list[Job]:
+    jobs = []
+    if book:   # the full book build (it needs no test result; the record page is
+        # rebuilt after the run, with the run's times)
+        jobs.append(Job(BOOK_JOB, ["bash", "-c", "source ci/_env.sh && build_book"], {},
+                        est.get(BOOK_JOB, DEFAULT_S), junit_dir / "book.xml",
+                        log_dir / "book-build.log"))
+    for nb in notebooks:
+        xml = junit_dir / junit_name(nb)
+        argv = [*PYTEST, *FLAGS[mode], "--nbval-current-env",
+                "--nbval-cell-timeout=900", f"--junitxml={xml}", nb]
+        jobs.append(Job(nb, argv, {"BOOK_NOTEBOOK": nb}, seconds_of(nb, est), xml,
+                        log_dir / (Path(nb).stem + ".log")))
+    for k, files in enumerate(test_groups, 1):
+        name = f"tests-{k}"
+        xml = junit_dir / f"{name}.xml"
+        argv = [*PYTEST, "-rs", f"--junitxml={xml}", *files]
+        seconds = sum(est.get(f, DEFAULT_S / 4) for f in files)
+        jobs.append(Job(f"{name} ({len(files)} files)", argv, {}, seconds, xml,
+                        log_dir / f"{name}.log", is_tests=True))
+    return sorted(jobs, key=lambda j: -j.estimate)
+
+
+def run(jobs: list[Job], workers: int) -> list[Job]:
+    """Run the jobs, ``workers`` at a time, in the order given; returns them done."""
+    queue = list(jobs)
+    lock = threading.Lock()
+    running: dict[int, subprocess.Popen] = {}
+    t_start = time.monotonic()
+
+    def say(msg: str) -> None:
+        with lock:
+            print(f"[test] {time.monotonic() - t_start:5.0f} s  {msg}", flush=True)
+
+    def work(w: int) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                job = queue.pop(0)
+            job.worker = w
+            job.junit.unlink(missing_ok=True)
+            say(f"start {job.name} (worker {w}, about {job.estimate:.0f} s)")
+            t0 = time.monotonic()
+            with open(job.log, "w") as log:
+                proc = subprocess.Popen(job.argv, cwd=ROOT,
+                                        env={**os.environ, **job.env}, stdout=log,
+                                        stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+                with lock:
+                    running[w] = proc
+                rc = proc.wait()
+                with lock:
+                    running.pop(w, None)
+            job.seconds = time.monotonic() - t0
+            job.status = "passed" if rc == 0 else f"FAILED (exit {rc})"
+            say(f"{job.status:>6} {job.name} in {job.seconds:.0f} s")
+
+    threads = [threading.Thread(target=work, args=(w,), daemon=True)
+               for w in range(1, workers + 1)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+    except KeyboardInterrupt:
+        with lock:
+            queue.clear()
+            for proc in running.values():
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        raise
+    return jobs
+
+
+def test_files(root: Path = ROOT) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_*.py"))
+
+
+def update_estimates(junit_dir: Path, note: str | None = None) -> int:
+    est = estimates(junit_dir)
+    old = json.loads(ESTIMATES.read_text()) if ESTIMATES.exists() else {}
+    data = {"about": "seconds per job of one strict ./ci/test: notebooks and test "
+                     "files from its JUnit XML, the book build from run.json (python "
+                     "ci/pool.py --update-estimates --note '...'). The pool orders "
+                     "its jobs by these when no earlier run is on disk; only ratios "
+                     "matter.",
+            "note": note if note is not None else old.get("note", ""),
+            "seconds": {k: round(v, 1) for k, v in sorted(est.items())}}
+    ESTIMATES.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"[pool] wrote {ESTIMATES.relative_to(ROOT)} ({len(est)} entries)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("notebooks", nargs="*")
+    ap.add_argument("--mode", choices=sorted(FLAGS), default="strict")
+    ap.add_argument("--tests", action="store_true", help="also the helper tests")
+    ap.add_argument("--book", action="store_true", help="also the full book build")
+    ap.add_argument("--test-jobs", type=int, default=3,
+                    help="how many jobs the test files are packed into (default 3)")
+    ap.add_argument("--workers", type=int,
+                    default=int(os.environ.get("BOOK_TEST_WORKERS", "2")))
+    ap.add_argument("--junit-dir", type=Path, default=None)
+    ap.add_argument("--update-estimates", action="store_true")
+    ap.add_argument("--note", help="with --update-estimates: where it was measured")
+    args = ap.parse_args(argv)
+    junit_dir = args.junit_dir or ROOT / "_build" / "junit" / args.mode
+    if args.update_estimates:
+        return update_estimates(junit_dir, args.note)
+    log_dir = ROOT / "_build" / "logs" / args.mode
+    junit_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    est = estimates(junit_dir)
+    groups = pack(test_files(), args.test_jobs, est) if args.tests else []
+    jobs = make_jobs(args.mode, args.notebooks, groups, junit_dir, log_dir, est,
+                     book=args.book)
+    workers = max(1, min(args.workers, len(jobs)))
+    print(f"[test] {len(jobs)} jobs on {workers} workers, longest first: "
+          + ", ".join(f"{j.name} ~{j.estimate:.0f} s" for j in jobs), flush=True)
+    t0 = time.monotonic()
+    run(jobs, workers)
+    wall = time.monotonic() - t0
+    for job in jobs:
+        if job.is_tests or job.status != "passed":
+            log = job.log.relative_to(ROOT)
+            print(f"\n[test] ---- {job.name}: {job.status} (log {log})")
+            text = job.log.read_text(errors="replace")
+            print(text if job.status != "passed" else _summary(text), end="")
+    busy = sum(j.seconds for j in jobs)
+    (junit_dir / "run.json").write_text(json.dumps(dict(
+        mode=args.mode, jobs=len(jobs), workers=workers, cores=os.cpu_count(),
+        wall_s=round(wall, 1), busy_s=round(busy, 1),
+        by_job={j.name: dict(seconds=round(j.seconds, 1), worker=j.worker,
+                             status=j.status) for j in jobs}), indent=1) + "\n")
+    print(f"\n[test] jobs took {wall:.0f} s on {workers} workers "
+          f"({busy:.0f} s of job time, {busy / max(wall, 1e-9) / workers:.0%} busy)")
+    for job in sorted(jobs, key=lambda j: j.name):
+        print(f"    {job.name:<40} {job.seconds:6.0f} s  worker {job.worker}  "
+              f"{job.status}")
+    failed = [j.name for j in jobs if j.status != "passed"]
+    if failed:
+        print(f"[test] FAILED jobs: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _summary(text: str) -> str:
+    """The end of a passing pytest log: its skip reasons and its last line."""
+    lines = text.rstrip().splitlines()
+    keep = [ln for ln in lines if ln.startswith("SKIPPED")] + lines[-1:]
+    return "\n".join(keep) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
