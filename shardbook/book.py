@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 
+from . import __version__  # noqa: F401  (book.__version__: the package's version)
 from .config import CHAPTERS, Config, config
 from .devices import (DeviceInfo, DeviceSetupError, divisible_size, lesson_devices,
                       mesh_shape_2d, setup_devices, speed_devices)

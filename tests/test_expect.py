@@ -229,7 +229,7 @@ def test_the_expected_line_predicts_before_compiling():
 
 def test_a_version_without_an_entry_says_so(tmp_path, monkeypatch):
     _planted(tmp_path, monkeypatch, 'jax = "0.10.2"', 'jax = "0.9.0"')
-    with pytest.raises(expect.ExpectationMissing, match="measured with JAX 0.9.0"):
+    with pytest.raises(expect.ExpectationMissing, match=r"measured with JAX 0\.9\.0"):
         expect.entry("rnn.dp", "cpu")
 
 
