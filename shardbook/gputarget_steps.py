@@ -2,13 +2,14 @@
 
 Each builder takes a :class:`shardbook.gputarget.Target` and returns ``(jitted, args)``: a
 plain ``jax.jit`` function and its arguments as ``jax.ShapeDtypeStruct``\\ s on the target's
-mesh.  The models are the chapters' own (``shardbook.models``, ``shardbook.coba``), at the
-chapters' sizes.  They are built on devices that can hold arrays (the compile child's
-simulated CPU devices, or the notebook's own devices), in a mesh of the same shape and axis
-names as the target's.  Shardings that a model keeps as attributes (``RNN._state_sharding``,
-``COBAHH.replicated``) are pointed at the target mesh before the step is traced.
+mesh.  The models are the chapters' own (``shardbook.rnn``, ``shardbook.coba``), at the
+chapters' sizes for the target's device count (``shardbook.config``).  They are built on
+devices that can hold arrays (the compile child's simulated CPU devices, or the notebook's
+own devices), in a mesh of the same shape and axis names as the target's.  Shardings that a
+model keeps (``RNN.use_mesh``, ``COBAHH.replicated``) are pointed at the target mesh before
+the step is traced.
 
-Every builder works for any device count whose mesh the sizes divide (840 = lcm(1..8)).
+Every builder works for any device count (the configuration rounds sizes up to divide).
 Import this module only after :func:`shardbook.setup_devices` (it imports BrainPy).
 """
 from __future__ import annotations
@@ -23,38 +24,45 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainpy.math as bm
 
+from .config import config
 from .devices import mesh_shape_2d
+from .rnn.sizes import grad_bytes
 
 __all__ = ["rnn_data_parallel", "rnn_hidden", "fsdp_mlp", "coba_hh", "tiny_data_parallel",
            "CH2", "CH3", "FSDP", "check_data_parallel_gpu", "check_data_parallel_cpu",
            "check_rnn_hidden_gpu", "check_rnn_hidden_cpu", "check_coba_gpu", "check_coba_cpu",
            "check_fsdp_gpu", "check_fsdp_cpu", "rnn_grad_bytes"]
 
-CH2 = dict(B=840, T=50, I=4, H=32, O=2, lr=1e-2)   # chapter 2: batch, time, in, hidden, out
-CH3 = dict(B=8, T=20, I=8, H=840, O=8, lr=1e-3)    # chapter 3 (sections 1, 5 and 7)
-FSDP = dict(B=840, D=1680, layers=3)               # a small MLP, parameters split over 'batch'
+# The canonical sizes (8 devices), for chapter 6's prose; every builder takes its sizes
+# from shardbook.config for the target's own device count.
+CH2 = config("ch2", 8).asdict()     # chapter 2: batch, time, in, hidden, out
+CH3 = config("ch3", 8).asdict()     # chapter 3 (sections 1, 5 and 7)
+FSDP = config("fsdp", 8).asdict()   # a small MLP, parameters split over 'batch'
+rnn_grad_bytes = grad_bytes         # the RNN's one bytes formula (shardbook.rnn.sizes)
 
 
-def rnn_grad_bytes(I, H, O, hidden_shards: int = 1, loss: bool = True) -> int:
-    """Bytes of the RNN's weight gradients on one device (plus the 4-byte loss)."""
-    return 4 * (I + H + O) * H // hidden_shards + (4 if loss else 0)
+def _sizes(name, target, given):
+    """The chapter's sizes for the target's device count, with ``given`` ones kept."""
+    return {**config(name, target.n).asdict(),
+            **{k: v for k, v in given.items() if v is not None}}
 
 
 def _retarget_state(model, target):
-    """Point the RNN's remembered state sharding at the target mesh (reset_state uses it)."""
-    if model._state_sharding is not None:
-        model._state_sharding = target.sharding(model._state_sharding.spec)
+    """Point the RNN's state layout at the target mesh (reset_state uses it)."""
+    model.use_mesh(target.sharding().mesh)
 
 
-def rnn_data_parallel(target, B=CH2["B"], T=CH2["T"], I=CH2["I"], H=CH2["H"], O=CH2["O"], lr=CH2["lr"],
+def rnn_data_parallel(target, B=None, T=None, I=None, H=None, O=None, lr=None,
                       batch_sharded: bool = True):
     """Chapter 2: the RNN training step with the batch split over ``'batch'``.
 
     ``batch_sharded=False`` removes the annotation: the model is built without axis names
     (``annotate="none"``) and the data are replicated, so nothing is split.
     """
-    from .models import RNN, make_train_step
+    from .rnn.model import RNN, make_train_step
 
+    c = _sizes("ch2", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
     target.mesh((target.n,), ("batch",))
     with bm.sharding.device_mesh(target.build_devices(), ["batch"]):
         model = RNN(I, H, O, B, annotate="all" if batch_sharded else "none")
@@ -66,12 +74,14 @@ def rnn_data_parallel(target, B=CH2["B"], T=CH2["T"], I=CH2["I"], H=CH2["H"], O=
     return target.bm_step(step, xs, ys)
 
 
-def rnn_hidden(target, two_d: bool = False, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3["O"],
-               lr=CH3["lr"]):
+def rnn_hidden(target, two_d: bool = False, B=None, T=None, I=None, H=None, O=None,
+               lr=None):
     """Chapter 3: the hidden axis split over ``'hidden'`` (1-D), or ``('batch', 'hidden')``
     with ``mesh_shape_2d(n)`` (2-D).  The data are split by ``'batch'`` where the mesh has it."""
-    from .models import RNN, make_train_step
+    from .rnn.model import RNN, make_train_step
 
+    c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
     shape, names = ((mesh_shape_2d(target.n), ("batch", "hidden")) if two_d else ((target.n,), ("hidden",)))
     target.mesh(shape, names)
     with bm.sharding.device_mesh(target.build_devices(shape), list(names)):
@@ -84,12 +94,14 @@ def rnn_hidden(target, two_d: bool = False, B=CH3["B"], T=CH3["T"], I=CH3["I"], 
     return target.bm_step(step, xs, ys)
 
 
-def fsdp_mlp(target, B=FSDP["B"], D=FSDP["D"], layers=FSDP["layers"], lr=1e-2, params_sharded: bool = True):
+def fsdp_mlp(target, B=None, D=None, layers=None, lr=1e-2, params_sharded: bool = True):
     """Fully sharded data parallelism in plain JAX: the batch AND every weight matrix split
     over ``'batch'`` (rows), each weight all-gathered just before its layer uses it.
 
     ``params_sharded=False`` keeps the weights replicated: plain data parallelism.
     """
+    c = _sizes("fsdp", target, dict(B=B, D=D, layers=layers))
+    B, D, layers = c["B"], c["D"], c["layers"]
     target.mesh((target.n,), ("batch",))
     wspec = P("batch", None) if params_sharded else P()
     full = target.sharding(P())
