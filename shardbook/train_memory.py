@@ -84,19 +84,20 @@ class TrainBytes:
     arguments: float      # exact
     outputs: float        # exact
     aliased: float        # exact: 3P + counter when donated, else 0
-    temporaries: float | None   # an upper bound for one compiler (None: not asked)
+    temporaries: float | None   # an upper bound for `compiler` (None: not asked)
     donate: bool
     residuals: int = RESIDUALS  # activation arrays kept per time step
     micro_batches: int = 1
     act_itemsize: int = F32     # bytes of one saved activation number
     batch_split: bool = False   # data parallelism: gradients all-reduced
     param_shards: int = 1       # FSDP: stored weights split this many more ways
+    compiler: str | None = "cpu"  # whose temporaries bound `temporaries` is
 
     @property
     def total(self) -> float:
         """``arguments + outputs - aliased + temporaries``: one device's peak."""
         if self.temporaries is None:
-            raise ValueError("no temporaries bound: predict(..., compiler='cpu')")
+            raise ValueError("no temporaries bound: predict(..., compiler=None)")
         return self.arguments + self.outputs - self.aliased + self.temporaries
 
     @property
@@ -120,7 +121,7 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
             hidden_shards: int = 1, batch_shards: int = 1, param_shards: int = 1,
             donate: bool = False, bm_jit: bool = True, itemsize: int = F32,
             remat: bool = False, micro_batches: int = 1, compute_dtype=None,
-            compiler: str | None = None) -> TrainBytes:
+            compiler: str | None = "cpu") -> TrainBytes:
     """Bytes on one device for one training step.
 
     ``hidden_shards`` devices split the hidden axis (model parallelism, weights and
@@ -131,7 +132,9 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
     outputs include the hidden state and its arguments include nothing else);
     ``bm_jit=False`` the pure step of :func:`shardbook.rnn.functional_step`, with
     its options ``remat``, ``micro_batches`` and ``compute_dtype`` (``"bfloat16"``).
-    ``compiler`` (``"cpu"``): fill in that compiler's bound on the temporaries.
+    ``compiler``: whose bound on the temporaries to fill in (:func:`temporaries_bound`;
+    XLA:CPU by default, the compiler the table's constants describe; ``None``:
+    none).  :func:`check` uses the bound of the compiled program's own compiler.
     """
     for name, k, size in (("hidden_shards", hidden_shards, num_hid),
                           ("batch_shards", batch_shards, batch)):
@@ -162,7 +165,8 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
                    state=state, arguments=arguments, outputs=outputs, aliased=aliased,
                    temporaries=None, donate=donate, residuals=residuals,
                    micro_batches=micro_batches, act_itemsize=act_itemsize,
-                   batch_split=batch_shards > 1, param_shards=param_shards)
+                   batch_split=batch_shards > 1, param_shards=param_shards,
+                   compiler=compiler)
     if compiler is not None:
         p = replace(p, temporaries=temporaries_bound(p, compiler))
     return p
@@ -231,23 +235,26 @@ def check(predicted: TrainBytes, compiled, *, rtol: float = 1e-3,
 
     Arguments, outputs and aliased bytes must match within ``rtol`` (a few scalars of
     BrainPy bookkeeping, such as the learning-rate Variable, are allowed for) on any
-    compiler.  Temporaries must stay under the bound of the program's own compiler
-    (``predicted.temporaries`` if it has one, else the expectations table's entry for
-    that compiler).  ``temporaries=None`` checks that row where the table has an
-    entry for the compiler and skips it elsewhere; ``True`` requires it; ``False``
-    skips it.  Returns the measured dict.
+    compiler.  Temporaries must stay under the bound of the program's own compiler:
+    ``predicted.temporaries`` if it was made for that compiler, else the
+    expectations table's entry for it.  ``temporaries=None`` checks that row where
+    the table has an entry for the compiler and skips it elsewhere; ``True``
+    requires it; ``False`` skips it.  Returns the measured dict.
     """
     from .expect import ExpectationMissing
     from .memory import compiled_memory
 
-    bound = predicted.temporaries
-    if bound is None and temporaries is not False:
+    bound = None
+    if temporaries is not False:
         compiler = compiler_of(compiled)
-        try:
-            bound = temporaries_bound(predicted, compiler)
-        except ExpectationMissing:
-            if temporaries:
-                raise
+        if predicted.compiler == compiler and predicted.temporaries is not None:
+            bound = predicted.temporaries
+        else:
+            try:
+                bound = temporaries_bound(predicted, compiler)
+            except ExpectationMissing:
+                if temporaries:
+                    raise
     m = compiled_memory(compiled)
     bad = []
     for key in ("arguments", "outputs", "aliased"):

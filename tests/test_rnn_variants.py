@@ -112,7 +112,7 @@ def test_compiled_memory_matches_the_prediction(size, name, donate):
     params, opt, xs, ys = _abstract(*size)
     compiled = rnn.functional_step(donate=donate, **options).lower(
         params, opt, xs, ys).compile()
-    p = _predict(*size, options, donate=donate, compiler="cpu")
+    p = _predict(*size, options, donate=donate)
     m = tm.check(p, compiled)               # exact rows, and the XLA:CPU bound
     assert (m["aliased"] > 0) == donate
 
@@ -131,8 +131,7 @@ def test_micro_batches_with_the_batch_split():
     for k in (1, 2):
         compiled = rnn.functional_step(micro_batches=k).lower(
             params, opt, xs, ys).compile()
-        p = tm.predict(*SIZES[1], batch_shards=n, bm_jit=False, micro_batches=k,
-                       compiler="cpu")
+        p = tm.predict(*SIZES[1], batch_shards=n, bm_jit=False, micro_batches=k)
         tm.check(p, compiled)
 
 
@@ -146,7 +145,7 @@ def _plain_step(size):
 def test_a_saving_that_did_not_happen_fails_the_check(name):
     """The plain step measured against the remat or micro-batch prediction."""
     size = SIZES[0]
-    p = _predict(*size, VARIANTS[name], compiler="cpu")
+    p = _predict(*size, VARIANTS[name])
     with pytest.raises(AssertionError, match="temporaries"):
         tm.check(p, _plain_step(size))
 
@@ -170,11 +169,15 @@ def test_bf16_activations_are_upcast_on_xla_cpu(tmp_path, monkeypatch):
 
 def test_the_bound_comes_from_the_table_of_the_programs_compiler():
     size = SIZES[0]
-    p = _predict(*size, {})
+    p = _predict(*size, {}, compiler=None)
     assert p.temporaries is None
+    with pytest.raises(ValueError, match="no temporaries bound"):
+        p.total
     c = book.expect.parameters("train.temporaries", "cpu")
     bound = tm.temporaries_bound(p, "cpu")
     assert bound == c["slack"] * p.activations + c["small_buffers"]
+    assert _predict(*size, {}).temporaries == bound      # XLA:CPU's, by default
+    tm.check(p, _plain_step(size), temporaries=True)     # the program's compiler
     assert tm.compiler_of(_plain_step(size)) == "cpu"
     with pytest.raises(book.expect.ExpectationMissing, match="gpu"):
         tm.temporaries_bound(p, "gpu")

@@ -6,6 +6,8 @@ outputs, aliased bytes) and the bound on temporaries (the XLA:CPU entry
 "train.temporaries" of shardbook/expectations.toml).  The step variants (remat,
 micro-batches, bf16) are in tests/test_rnn_variants.py.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -137,15 +139,21 @@ def test_a_changed_table_entry_changes_the_check(tmp_path, monkeypatch):
     params = rnn.params_of(model)
     compiled = rnn.functional_step(donate=True).lower(
         params, rnn.adam_init(params), x, y).compile()
-    p = tm.predict(I, H, O, B, T, hidden_shards=4, donate=True, bm_jit=False)
-    tm.check(p, compiled)
+    def predicted():
+        return tm.predict(I, H, O, B, T, hidden_shards=4, donate=True, bm_jit=False)
+
+    tm.check(predicted(), compiled)
     text = book.expect.TABLE.read_text()
     assert "donated_grads = 2 " in text
     (tmp_path / "t.toml").write_text(text.replace("donated_grads = 2 ",
                                                   "donated_grads = 0 "))
     monkeypatch.setenv("BOOK_EXPECTATIONS", str(tmp_path / "t.toml"))
     with pytest.raises(AssertionError, match="temporaries"):
-        tm.check(p, compiled)
+        tm.check(predicted(), compiled)
+    # a prediction made for another compiler is re-bounded for the program's own
+    other = dataclasses.replace(predicted(), compiler="gpu", temporaries=1e12)
+    with pytest.raises(AssertionError, match="temporaries"):
+        tm.check(other, compiled)
 
 
 def test_the_old_names_still_answer():
