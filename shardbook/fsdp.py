@@ -66,5 +66,11 @@ def explicit_hidden_loss(mesh, axis: str = "hidden", *, gather: bool = True):
     return loss_fn
 
 
-__all__ = ["fsdp_specs", "fsdp_grad_fn", "fsdp_train_step", "explicit_hidden_loss",
-           "explicit_grad_fn", "loss"]
+__all__ = [
+    "explicit_grad_fn",
+    "explicit_hidden_loss",
+    "fsdp_grad_fn",
+    "fsdp_specs",
+    "fsdp_train_step",
+    "loss",
+]

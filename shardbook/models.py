@@ -26,8 +26,17 @@ def rnn_bytes(num_in: int, num_hid: int, num_out: int, batch: int, time: int,
 
     p = predict(num_in, num_hid, num_out, batch, time, hidden_shards=hidden_shards,
                 batch_shards=batch_shards, itemsize=itemsize)
-    return dict(weights=p.weights, adam=p.adam, state=p.state, data=p.data)
+    return {"weights": p.weights, "adam": p.adam, "state": p.state, "data": p.data}
 
 
-__all__ = ["RNN", "make_task", "make_loss_fn", "make_grad_fn", "make_train_step",
-           "train", "shard_batch", "mesh_shape_2d", "rnn_bytes"]
+__all__ = [
+    "RNN",
+    "make_grad_fn",
+    "make_loss_fn",
+    "make_task",
+    "make_train_step",
+    "mesh_shape_2d",
+    "rnn_bytes",
+    "shard_batch",
+    "train",
+]

@@ -60,8 +60,16 @@ from dataclasses import dataclass, replace
 
 from .rnn.sizes import F32, weight_count
 
-__all__ = ["TrainBytes", "predict", "check", "temporaries_bound", "saved_activations",
-           "compiler_of", "RESIDUALS", "REMAT_RESIDUALS"]
+__all__ = [
+    "REMAT_RESIDUALS",
+    "RESIDUALS",
+    "TrainBytes",
+    "check",
+    "compiler_of",
+    "predict",
+    "saved_activations",
+    "temporaries_bound",
+]
 
 COUNTER = 4     # Adam's step counter t (int32)
 LOSS = 4        # the scalar loss (float32)

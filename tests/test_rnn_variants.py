@@ -80,7 +80,7 @@ def test_saved_activations_are_predicted_exactly(name):
     """What autodiff keeps per step: 3 arrays, 1 with remat, half as wide in bf16,
     for B / k samples with k micro-batches (no compiler involved)."""
     options = VARIANTS[name]
-    n_in, H, n_out, B, T = SIZES[0]
+    n_in, _, n_out, B, T = SIZES[0]
     params, _, xs, ys = _abstract(*SIZES[0])
     k = options.get("micro_batches", 1)
     micro = {"remat": options.get("remat", False), "dtype": options.get("dtype")}
@@ -172,7 +172,7 @@ def test_the_bound_comes_from_the_table_of_the_programs_compiler():
     p = _predict(*size, {}, compiler=None)
     assert p.temporaries is None
     with pytest.raises(ValueError, match="no temporaries bound"):
-        p.total
+        _ = p.total
     c = book.expect.parameters("train.temporaries", "cpu")
     bound = tm.temporaries_bound(p, "cpu")
     assert bound == c["slack"] * p.activations + c["small_buffers"]
@@ -252,7 +252,7 @@ def test_every_variant_trains_with_the_one_adam(one_device):
 # ------------------------------------------------------------------ the hidden split
 @pytest.fixture(scope="module")
 def hidden(one_device):
-    params, xs, ys, want, _ = one_device
+    params, xs, ys, _, _ = one_device
     mesh = Mesh(np.array(book.devices()), ("hidden",))
     placed = {k: jax.device_put(w, NamedSharding(mesh, rnn.hidden_specs()[k]))
               for k, w in params.items()}
@@ -264,7 +264,7 @@ def hidden(one_device):
 
 
 def test_collective_matmul_equals_the_propagation_split(one_device, hidden):
-    params, xs, ys, want, _ = one_device
+    _, xs, ys, want, _ = one_device
     mesh, placed, propagation = hidden
     grad_cm = rnn.explicit_grad_fn(mesh, overlap=True)
     got, _ = grad_cm(placed, xs, ys)

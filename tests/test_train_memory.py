@@ -32,8 +32,8 @@ def _model(k, axis):
 
 
 def _shards(k, axis):
-    return dict(hidden_shards=k if axis == "hidden" else 1,
-                batch_shards=k if axis == "batch" else 1)
+    return {"hidden_shards": k if axis == "hidden" else 1,
+                "batch_shards": k if axis == "batch" else 1}
 
 
 @pytest.mark.parametrize("k,axis", [(1, "hidden"), (4, "hidden"),

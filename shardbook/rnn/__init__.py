@@ -43,7 +43,7 @@ _WHERE = {
     "StateRNN": "stateful", "StateSplit": "stateful", "stateful_grad_fn": "stateful",
 }
 
-__all__ = sorted(_WHERE) + ["sizes", "model", "pure", "stateful"]
+__all__ = [*_WHERE, "sizes", "model", "pure", "stateful"]
 
 
 def __getattr__(name: str):

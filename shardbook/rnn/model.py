@@ -43,8 +43,16 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import brainpy as bp
 import brainpy.math as bm
 
-__all__ = ["RNN", "make_task", "make_loss_fn", "make_grad_fn", "make_train_step",
-           "train", "shard_batch", "params_of"]
+__all__ = [
+    "RNN",
+    "make_grad_fn",
+    "make_loss_fn",
+    "make_task",
+    "make_train_step",
+    "params_of",
+    "shard_batch",
+    "train",
+]
 
 # BrainPy warns when *none* of an array's axis names is in the mesh.  For the weights
 # on a batch-only mesh that is exactly what we want (data parallelism replicates the

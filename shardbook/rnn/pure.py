@@ -37,11 +37,28 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-__all__ = ["Recurrence", "WHOLE", "HiddenSplit", "CollectiveMatmul", "own_block_only",
-           "cell", "loss", "value_and_grad", "grad_fn", "adam_init", "adam_update",
-           "functional_step", "hidden_specs", "fsdp_specs", "fsdp_loss",
-           "fsdp_grad_fn", "fsdp_train_step", "explicit_hidden_loss",
-           "explicit_grad_fn", "NAMES"]
+__all__ = [
+    "NAMES",
+    "WHOLE",
+    "CollectiveMatmul",
+    "HiddenSplit",
+    "Recurrence",
+    "adam_init",
+    "adam_update",
+    "cell",
+    "explicit_grad_fn",
+    "explicit_hidden_loss",
+    "fsdp_grad_fn",
+    "fsdp_loss",
+    "fsdp_specs",
+    "fsdp_train_step",
+    "functional_step",
+    "grad_fn",
+    "hidden_specs",
+    "loss",
+    "own_block_only",
+    "value_and_grad",
+]
 
 NAMES = ("win", "wrec", "wout")
 
@@ -225,9 +242,9 @@ def grad_fn(**options):
 # region: rnn.adam
 def adam_init(params: dict) -> dict:
     """Adam's state: moments ``m``, ``v`` (laid out as ``params``), counter ``t``."""
-    return dict(m={k: jnp.zeros_like(v) for k, v in params.items()},
-                v={k: jnp.zeros_like(v) for k, v in params.items()},
-                t=jnp.zeros((), jnp.int32))
+    return {"m": {k: jnp.zeros_like(v) for k, v in params.items()},
+            "v": {k: jnp.zeros_like(v) for k, v in params.items()},
+            "t": jnp.zeros((), jnp.int32)}
 
 
 def adam_update(params: dict, opt: dict, grads: dict, *, lr: float = 1e-3,
@@ -238,7 +255,7 @@ def adam_update(params: dict, opt: dict, grads: dict, *, lr: float = 1e-3,
     m = {k: beta1 * opt["m"][k] + (1 - beta1) * g for k, g in grads.items()}
     v = {k: beta2 * opt["v"][k] + (1 - beta2) * g ** 2 for k, g in grads.items()}
     new = {k: params[k] - a * m[k] / (jnp.sqrt(v[k]) + eps) for k in grads}
-    return new, dict(m=m, v=v, t=t)
+    return new, {"m": m, "v": v, "t": t}
 # endregion
 
 
@@ -304,7 +321,7 @@ def fsdp_train_step(mesh, axis: str = "batch", lr: float = 1e-3, beta1: float = 
     """
     ps = {k: NamedSharding(mesh, s) for k, s in fsdp_specs(axis).items()}
     data, rep = NamedSharding(mesh, P(axis)), NamedSharding(mesh, P())
-    opt_s = dict(m=ps, v=ps, t=rep)
+    opt_s = {"m": ps, "v": ps, "t": rep}
 
     def step(params, opt, xs, ys):
         value, g = value_and_grad(params, xs, ys, loss_fn=fsdp_loss, replicated=rep,

@@ -9,7 +9,7 @@ This module imports neither JAX nor BrainPy.
 """
 from __future__ import annotations
 
-__all__ = ["weight_count", "weight_bytes", "grad_bytes", "F32", "BF16"]
+__all__ = ["BF16", "F32", "grad_bytes", "weight_bytes", "weight_count"]
 
 F32 = 4     # bytes of a float32
 BF16 = 2    # bytes of a bfloat16

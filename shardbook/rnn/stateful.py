@@ -37,7 +37,7 @@ import brainstate
 
 from .pure import NAMES, HiddenSplit, cell, hidden_specs, own_block_only
 
-__all__ = ["StateSplit", "StateRNN", "stateful_grad_fn"]
+__all__ = ["StateRNN", "StateSplit", "stateful_grad_fn"]
 
 
 # region: rnn.brainstate.split
