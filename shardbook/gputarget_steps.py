@@ -2,13 +2,14 @@
 
 Each builder takes a :class:`shardbook.gputarget.Target` and returns ``(jitted, args)``: a
 plain ``jax.jit`` function and its arguments as ``jax.ShapeDtypeStruct``\\ s on the target's
-mesh.  The models are the chapters' own (``shardbook.models``, ``shardbook.coba``), at the
-chapters' sizes.  They are built on devices that can hold arrays (the compile child's
-simulated CPU devices, or the notebook's own devices), in a mesh of the same shape and axis
-names as the target's.  Shardings that a model keeps as attributes (``RNN._state_sharding``,
-``COBAHH.replicated``) are pointed at the target mesh before the step is traced.
+mesh.  The models are the chapters' own (``shardbook.rnn``, ``shardbook.coba``), at the
+chapters' sizes for the target's device count (``shardbook.config``).  They are built on
+devices that can hold arrays (the compile child's simulated CPU devices, or the notebook's
+own devices), in a mesh of the same shape and axis names as the target's.  Shardings that a
+model keeps (``RNN.use_mesh``, ``COBAHH.replicated``) are pointed at the target mesh before
+the step is traced.
 
-Every builder works for any device count whose mesh the sizes divide (840 = lcm(1..8)).
+Every builder works for any device count (the configuration rounds sizes up to divide).
 What each compiler makes of these steps is in ``shardbook/expectations.toml``
 (``shardbook.expect``); ``tests/test_expect.py`` compiles every builder for both.
 Import this module only after :func:`shardbook.setup_devices` (it imports BrainPy).
@@ -23,7 +24,9 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from .config import config
 from .devices import mesh_shape_2d
+from .rnn.sizes import grad_bytes
 
 __all__ = [  # ALL_GATHER_COMBINE_BYTES and check_*: compat, at the end
     "ALL_GATHER_COMBINE_BYTES", "CH2", "CH3", "FSDP", "check_coba_cpu", "check_coba_gpu",
@@ -34,31 +37,36 @@ __all__ = [  # ALL_GATHER_COMBINE_BYTES and check_*: compat, at the end
     "tiny_data_parallel",
 ]
 
-CH2 = dict(B=840, T=50, I=4, H=32, O=2, lr=1e-2)   # chapter 2: batch, time, in, hidden, out
-CH3 = dict(B=8, T=20, I=8, H=840, O=8, lr=1e-3)    # chapter 3 (sections 1, 5 and 7)
-FSDP = dict(B=840, D=1680, layers=3)               # a small MLP, parameters split over 'batch'
+# The canonical sizes (8 devices), for chapter 6's prose; every builder takes its sizes
+# from shardbook.config for the target's own device count.
+CH2 = config("ch2", 8).asdict()     # chapter 2: batch, time, in, hidden, out
+CH3 = config("ch3", 8).asdict()     # chapter 3 (sections 1, 5 and 7)
+FSDP = config("fsdp", 8).asdict()   # a small MLP, parameters split over 'batch'
+rnn_grad_bytes = grad_bytes         # the RNN's one bytes formula (shardbook.rnn.sizes)
 
 
-def rnn_grad_bytes(I, H, O, hidden_shards: int = 1, loss: bool = True) -> int:
-    """Bytes of the RNN's weight gradients on one device (plus the 4-byte loss)."""
-    return 4 * (I + H + O) * H // hidden_shards + (4 if loss else 0)
+def _sizes(name, target, given):
+    """The chapter's sizes for the target's device count, with ``given`` ones kept."""
+    return {**config(name, target.n).asdict(),
+            **{k: v for k, v in given.items() if v is not None}}
 
 
 def _retarget_state(model, target):
-    """Point the RNN's remembered state sharding at the target mesh (reset_state uses it)."""
-    if model._state_sharding is not None:
-        model._state_sharding = target.sharding(model._state_sharding.spec)
+    """Point the RNN's state layout at the target mesh (reset_state uses it)."""
+    model.use_mesh(target.sharding().mesh)
 
 
-def rnn_data_parallel(target, B=CH2["B"], T=CH2["T"], I=CH2["I"], H=CH2["H"], O=CH2["O"], lr=CH2["lr"],
+def rnn_data_parallel(target, B=None, T=None, I=None, H=None, O=None, lr=None,
                       batch_sharded: bool = True):
     """Chapter 2: the RNN training step with the batch split over ``'batch'``.
 
     ``batch_sharded=False`` removes the annotation: the model is built without axis names
     (``annotate="none"``) and the data are replicated, so nothing is split.
     """
-    from .models import RNN, make_train_step
+    from .rnn.model import RNN, make_train_step
 
+    c = _sizes("ch2", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
     target.mesh((target.n,), ("batch",))
     with bm.sharding.device_mesh(target.build_devices(), ["batch"]):
         model = RNN(I, H, O, B, annotate="all" if batch_sharded else "none")
@@ -70,12 +78,14 @@ def rnn_data_parallel(target, B=CH2["B"], T=CH2["T"], I=CH2["I"], H=CH2["H"], O=
     return target.bm_step(step, xs, ys)
 
 
-def rnn_hidden(target, two_d: bool = False, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3["O"],
-               lr=CH3["lr"]):
+def rnn_hidden(target, two_d: bool = False, B=None, T=None, I=None, H=None, O=None,
+               lr=None):
     """Chapter 3: the hidden axis split over ``'hidden'`` (1-D), or ``('batch', 'hidden')``
     with ``mesh_shape_2d(n)`` (2-D).  The data are split by ``'batch'`` where the mesh has it."""
-    from .models import RNN, make_train_step
+    from .rnn.model import RNN, make_train_step
 
+    c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
     shape, names = ((mesh_shape_2d(target.n), ("batch", "hidden")) if two_d else ((target.n,), ("hidden",)))
     target.mesh(shape, names)
     with bm.sharding.device_mesh(target.build_devices(shape), list(names)):
@@ -98,12 +108,14 @@ def _weights(target, I, H, O, specs):
     return {k: target.struct(shapes[k], _F32, specs.get(k)) for k in shapes}
 
 
-def rnn_hidden_rows(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3["O"],
-                    lr=CH3["lr"]):
+def rnn_hidden_rows(target, B=None, T=None, I=None, H=None, O=None,
+                    lr=None):
     """Chapter 3: the hidden axis split over ``'hidden'``, but ``W_rec`` split by rows
     (``P('hidden', None)``) instead of columns."""
-    from .models import RNN, make_train_step
+    from .rnn.model import RNN, make_train_step
 
+    c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
     target.mesh((target.n,), ("hidden",))
     with bm.sharding.device_mesh(target.build_devices(), ["hidden"]) as mesh:
         model = RNN(I, H, O, B)
@@ -116,12 +128,14 @@ def rnn_hidden_rows(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH
     return target.bm_step(step, xs, ys)
 
 
-def rnn_forward(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3["O"]):
+def rnn_forward(target, B=None, T=None, I=None, H=None, O=None):
     """Chapter 3: the hidden-split RNN run forward only (``DSTrainer.predict``)."""
     import brainpy as bp
 
-    from .models import RNN
+    from .rnn.model import RNN
 
+    c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O))
+    B, T, I, H, O = (c[k] for k in ("B", "T", "I", "H", "O"))
     target.mesh((target.n,), ("hidden",))
     with bm.sharding.device_mesh(target.build_devices(), ["hidden"]):
         model = RNN(I, H, O, B)
@@ -135,10 +149,13 @@ def rnn_forward(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3["O
     return target.bm_step(simulate, target.struct((B, T, I), _F32, P()))
 
 
-def rnn_shard_map(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3["O"]):
+def rnn_shard_map(target, B=None, T=None, I=None, H=None, O=None):
     """Chapter 3: the gradient of the hidden split written by hand (``jax.shard_map``,
-    ``shardbook.fsdp.explicit_grad_fn``)."""
-    from .fsdp import explicit_grad_fn
+    ``shardbook.rnn.pure.explicit_grad_fn``)."""
+    from .rnn.pure import explicit_grad_fn
+
+    c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O))
+    B, T, I, H, O = (c[k] for k in ("B", "T", "I", "H", "O"))
 
     mesh = target.mesh((target.n,), ("hidden",))
     params = _weights(target, I, H, O, _SPLIT)
@@ -147,11 +164,14 @@ def rnn_shard_map(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3[
     return explicit_grad_fn(mesh), (params, xs, ys)
 
 
-def rnn_fsdp(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3["O"],
-             lr=CH3["lr"]):
-    """Chapter 3: one FSDP Adam step of the RNN (``shardbook.fsdp.fsdp_train_step``):
+def rnn_fsdp(target, B=None, T=None, I=None, H=None, O=None,
+             lr=None):
+    """Chapter 3: one FSDP Adam step of the RNN (``shardbook.rnn.pure.fsdp_train_step``):
     batch, weights and moments split over ``'batch'``."""
-    from .fsdp import fsdp_specs, fsdp_train_step
+    from .rnn.pure import fsdp_specs, fsdp_train_step
+
+    c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
 
     mesh = target.mesh((target.n,), ("batch",))
     params = _weights(target, I, H, O, fsdp_specs())
@@ -162,11 +182,14 @@ def rnn_fsdp(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3["O"],
     return fsdp_train_step(mesh, lr=lr), (params, opt, xs, ys)
 
 
-def rnn_functional(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3["O"],
-                   lr=CH3["lr"], axis: str = "hidden", donate: bool = False):
-    """Chapters 2 and 3: the pure Adam step (``train_memory.functional_step``) with the
+def rnn_functional(target, B=None, T=None, I=None, H=None, O=None,
+                   lr=None, axis: str = "hidden", donate: bool = False):
+    """Chapters 2 and 3: the pure Adam step (``rnn.pure.functional_step``) with the
     hidden axis (``axis='hidden'``) or the batch (``'batch'``) split, donated or not."""
-    from .train_memory import functional_step
+    from .rnn.pure import functional_step
+
+    c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
 
     target.mesh((target.n,), (axis,))
     params = _weights(target, I, H, O, _SPLIT if axis == "hidden" else {})
@@ -178,12 +201,14 @@ def rnn_functional(target, B=CH3["B"], T=CH3["T"], I=CH3["I"], H=CH3["H"], O=CH3
     return functional_step(lr=lr, donate=donate), (params, opt, xs, ys)
 
 
-def fsdp_mlp(target, B=FSDP["B"], D=FSDP["D"], layers=FSDP["layers"], lr=1e-2, params_sharded: bool = True):
+def fsdp_mlp(target, B=None, D=None, layers=None, lr=1e-2, params_sharded: bool = True):
     """Fully sharded data parallelism in plain JAX: the batch AND every weight matrix split
     over ``'batch'`` (rows), each weight all-gathered just before its layer uses it.
 
     ``params_sharded=False`` keeps the weights replicated: plain data parallelism.
     """
+    c = _sizes("fsdp", target, dict(B=B, D=D, layers=layers))
+    B, D, layers = c["B"], c["D"], c["layers"]
     target.mesh((target.n,), ("batch",))
     wspec = P("batch", None) if params_sharded else P()
     full = target.sharding(P())

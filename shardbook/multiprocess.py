@@ -1,6 +1,6 @@
 """One sharded model across several processes, with JAX's own multi-process runtime.
 
-Chapter 5a runs the model-parallel RNN of chapter 3 (:class:`shardbook.models.RNN`
+Chapter 5a runs the model-parallel RNN of chapter 3 (:class:`shardbook.rnn.RNN`
 under a ``'hidden'`` mesh) in two processes with four simulated CPU devices each, and
 checks that the 8-device result equals the single-process one.
 
@@ -37,14 +37,15 @@ import os
 import socket
 
 from . import child, jax_private
+from .config import config
 
 LOOPBACK = "127.0.0.1"
 
 # The model and task of the multi-process run: the chapter-3 RNN, small enough that
 # Gloo's TCP collectives between processes (at every time step, forward and backward)
-# stay fast on a laptop.  840 = lcm(1..8) hidden units divide by any device count.
-DEFAULTS = dict(num_in=8, hidden=840, num_out=8, batch=8, time=20, steps=3, lr=1e-3,
-                seed=0)
+# stay fast on a laptop.  The sizes are chapter 5a's configuration (shardbook.config):
+# these for the canonical 2 x 4 devices; launch() uses those of its own device count.
+DEFAULTS = config("ch5a", 8).asdict()
 # The spiking network of chapter 4 (shardbook.coba), 4,200 neurons at scale 1: 3,360 E
 # and 840 I, both divisible by any device count 1..8.  coba_steps=0 skips it; steps=0
 # skips the RNN.  coba_out_dir: where each process saves its gathered raster
@@ -267,6 +268,7 @@ def launch(num_processes: int = 2, devices_per_process: int = 4, timeout_s: floa
     process index.
     """
     port = free_port()
+    task = {**config("ch5a", num_processes * devices_per_process).asdict(), **task}
     args = ["--num-processes", num_processes, "--port", port,
             "--devices-per-process", devices_per_process, "--task", json.dumps(task)]
     procs = []

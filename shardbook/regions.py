@@ -2,16 +2,14 @@
 
 A chapter that shows code from ``shardbook`` names the region; it never cuts source by
 searching for a string, so reformatting a helper cannot change what a chapter shows
-without a test noticing.  A region is marked in the source with two comment lines::
-
-    # region: rnn.state
-    self.state = bp.init.variable(...)
-    # endregion
-
-The marker lines are not shown.  Regions may nest; a region's text has the markers of
-the regions inside it removed.  Names are unique across the package
-(``tests/test_regions.py`` checks that every region a notebook names exists, and that
-every marker is closed).  This module imports neither JAX nor BrainPy.
+without a test noticing.  A region is marked in the source with two comment lines,
+``# region: NAME`` before it and ``# endregion`` after it, each alone on its line
+(``shardbook/rnn/model.py`` marks ``rnn.state`` around the state that
+``bp.init.variable`` makes).  The marker lines are not shown.  Regions may nest; a
+region's text has the markers of the regions inside it removed.  Names are unique
+across the package (``tests/test_regions.py`` checks that every region a notebook
+names exists, and that every marker is closed).  This module imports neither JAX
+nor BrainPy.
 """
 from __future__ import annotations
 

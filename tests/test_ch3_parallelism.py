@@ -6,22 +6,24 @@ Runs in this pytest process, with 4 simulated CPU devices (tests/conftest.py).
 """
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
-
-import jax
-import brainpy as bp
-import brainpy.math as bm
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from shardbook import book, fsdp, verify
-from shardbook import train_memory as tm
-from shardbook.models import RNN, make_loss_fn, make_task, shard_batch
+import brainpy as bp
+import brainpy.math as bm
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "book" / "03-model-parallelism.ipynb"
-I, H, O, B, T = 8, 840, 8, 8, 20
+from shardbook import book
+
+rnn, verify = book.rnn, book.verify
+RNN, make_loss_fn, make_task, shard_batch = (rnn.RNN, rnn.make_loss_fn, rnn.make_task,
+                                             rnn.shard_batch)
+NOTEBOOK = Path(__file__).resolve().parents[1] / "book" / "03-model-parallelism.ipynb"
+CH3 = book.config("ch3")
+I, H, O, B, T = CH3.I, CH3.H, CH3.O, CH3.B, CH3.T    # noqa: E741  (the prose's names)
 
 
 def notebook_tolerance(check: str) -> dict:
@@ -32,7 +34,8 @@ def notebook_tolerance(check: str) -> dict:
             text = "".join(out.get("text", ""))
             for m in verify.VERDICT_RE.finditer(text):
                 if m.group("check") == check and m.group("rtol"):
-                    return dict(rtol=float(m.group("rtol")), atol=float(m.group("atol")))
+                    return {"rtol": float(m.group("rtol")),
+                            "atol": float(m.group("atol"))}
     raise AssertionError(f"no stored verdict for {check} in {NOTEBOOK.name}")
 
 
@@ -40,9 +43,9 @@ def notebook_tolerance(check: str) -> dict:
 def reference():
     """One-device weights, data and gradients of the pure RNN loss."""
     model = RNN(I, H, O, B, annotate="none")
-    params = tm.params_of(model)
+    params = rnn.params_of(model)
     xs, ys = make_task(B, T, I, O, seed=0)
-    _, grads = jax.jit(jax.value_and_grad(fsdp.loss))(params, xs, ys)
+    _, grads = jax.jit(jax.value_and_grad(rnn.loss))(params, xs, ys)
     return params, xs, ys, grads
 
 
@@ -56,8 +59,8 @@ def _drop_block(g, axis_len, k):
 
 
 def _planted(grads, k):
-    """The two planted bugs of issue 10: one shard dropped, or everything scaled by 7/8."""
-    dims = {"win": 1, "wrec": 0, "wout": 0}        # the split dimension of each weight
+    """The two planted bugs of issue 10: one shard dropped, or all scaled by 7/8."""
+    dims = {"win": 1, "wrec": 0, "wout": 0}      # the split dimension of each weight
     dropped = {n: _drop_block(g, dims[n], k) if n == "wrec" else np.asarray(g)
                for n, g in grads.items()}
     scaled = {n: 7 / 8 * np.asarray(g) for n, g in grads.items()}
@@ -67,11 +70,12 @@ def _planted(grads, k):
 def test_fsdp_check_passes_and_fails_on_planted_bugs(reference):
     params, xs, ys, want = reference
     tol = notebook_tolerance("ch3.fsdp.grads")
-    k = jax.device_count()
-    mesh = Mesh(np.array(jax.devices()), ("batch",))
-    placed = {n: jax.device_put(w, NamedSharding(mesh, fsdp.fsdp_specs()[n]))
+    k = len(book.devices())
+    mesh = Mesh(np.array(book.devices()), ("batch",))
+    placed = {n: jax.device_put(w, NamedSharding(mesh, rnn.fsdp_specs()[n]))
               for n, w in params.items()}
-    got, _ = fsdp.fsdp_grad_fn(mesh)(placed, shard_batch(xs, mesh), shard_batch(ys, mesh))
+    got, _ = rnn.fsdp_grad_fn(mesh)(placed, shard_batch(xs, mesh),
+                                    shard_batch(ys, mesh))
     verify.close("ch3.fsdp.grads", got, want, **tol)
     for bug, bad in _planted(got, k).items():
         with pytest.raises(AssertionError, match="NOT equal"):
@@ -81,33 +85,81 @@ def test_fsdp_check_passes_and_fails_on_planted_bugs(reference):
 def test_explicit_split_check_passes_and_fails_on_planted_bugs(reference):
     params, xs, ys, want = reference
     tol = notebook_tolerance("ch3.shmap.grads")
-    k = jax.device_count()
-    mesh = Mesh(np.array(jax.devices()), ("hidden",))
-    specs = {"win": P(None, "hidden"), "wrec": P(None, "hidden"), "wout": P("hidden", None)}
-    placed = {n: jax.device_put(w, NamedSharding(mesh, specs[n])) for n, w in params.items()}
+    k = len(book.devices())
+    mesh = Mesh(np.array(book.devices()), ("hidden",))
+    placed = _hidden_split(params, mesh)
     x, y = shard_batch(xs, mesh), shard_batch(ys, mesh)
-    got, _ = fsdp.explicit_grad_fn(mesh)(placed, x, y)
+    got, _ = rnn.explicit_grad_fn(mesh)(placed, x, y)
     verify.close("ch3.shmap.grads", got, want, **tol)
     bugs = _planted(got, k)
     # a bug in the code itself: the all-gather of h_{t-1} forgotten
-    bugs["all_gather forgotten"], _ = fsdp.explicit_grad_fn(mesh, gather=False)(placed, x, y)
+    bugs["all_gather forgotten"], _ = rnn.explicit_grad_fn(mesh, gather=False)(
+        placed, x, y)
     for bug, bad in bugs.items():
         with pytest.raises(AssertionError, match="NOT equal"):
             verify.close("ch3.shmap.grads", bad, want, **tol, what=bug)
 
 
+def _hidden_split(params, mesh):
+    specs = rnn.hidden_specs()
+    assert specs == {"win": P(None, "hidden"), "wrec": P(None, "hidden"),
+                     "wout": P("hidden", None)}
+    return {n: jax.device_put(w, NamedSharding(mesh, specs[n]))
+            for n, w in params.items()}
+
+
 def test_explicit_split_uses_all_gather_and_reduce_scatter(reference):
     params, xs, ys, _ = reference
-    mesh = Mesh(np.array(jax.devices()), ("hidden",))
-    specs = {"win": P(None, "hidden"), "wrec": P(None, "hidden"), "wout": P("hidden", None)}
-    placed = {n: jax.device_put(w, NamedSharding(mesh, specs[n])) for n, w in params.items()}
-    text = fsdp.explicit_grad_fn(mesh).lower(placed, xs, ys).compile().as_text()
+    mesh = Mesh(np.array(book.devices()), ("hidden",))
+    placed = _hidden_split(params, mesh)
+    text = rnn.explicit_grad_fn(mesh).lower(placed, xs, ys).compile().as_text()
     assert "all-gather" in text and "reduce-scatter" in text
+
+
+def test_fsdp_step_is_the_one_adam_on_the_fsdp_gradient(reference):
+    """fsdp_train_step = rnn.adam_update applied to fsdp_grad_fn's gradient.
+
+    (Not compared with the one-device step: Adam's first update is about
+    lr * sign(g), so where g is near 0 the last bits of g decide the weights.)"""
+    params, xs, ys, _ = reference
+    mesh = Mesh(np.array(book.devices()), ("batch",))
+    specs = rnn.fsdp_specs()
+    placed = {n: jax.device_put(w, NamedSharding(mesh, specs[n]))
+              for n, w in params.items()}
+    opt = jax.device_put(rnn.adam_init(placed), {
+        "m": {n: w.sharding for n, w in placed.items()},
+        "v": {n: w.sharding for n, w in placed.items()},
+        "t": NamedSharding(mesh, P())})
+    x, y = shard_batch(xs, mesh), shard_batch(ys, mesh)
+    got, got_opt, _ = rnn.fsdp_train_step(mesh)(placed, opt, x, y)
+    grads, _ = rnn.fsdp_grad_fn(mesh)(placed, x, y)
+    want, want_opt = jax.jit(rnn.adam_update)(placed, opt, grads)
+    verify.close("test.ch3.fsdp.adam", (got, got_opt), (want, want_opt),
+                 rtol=1e-6, atol=1e-9)
+    for n, w in got.items():
+        book.shards.check_sharding(w, specs[n])
+
+
+def test_compat_text_of_chapter_3_computes_what_rnn_pure_does(reference):
+    """Compat (issue 18): chapter 3 still prints shardbook.fsdp's old text of the
+    explicit split; it must be the loss that rnn.pure computes.  Remove with it."""
+    import importlib
+
+    fsdp = importlib.import_module("shardbook.fsdp")     # the compat module
+    params, xs, ys, _ = reference
+    mesh = Mesh(np.array(book.devices()), ("hidden",))
+    placed = _hidden_split(params, mesh)
+    for gather in (True, False):
+        old = fsdp.explicit_hidden_loss(mesh, gather=gather)
+        new = rnn.explicit_hidden_loss(mesh, gather=gather)
+        old, new = (jax.jit(jax.value_and_grad(f)) for f in (old, new))
+        verify.identical("test.compat.explicit", old(placed, xs, ys),
+                         new(placed, xs, ys))
 
 
 def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
     """Programs in the jit cache after each of three calls of a plain bm.jit step."""
-    devices = np.array(jax.devices())
+    devices = np.array(book.devices())
     with bm.sharding.device_mesh(devices, ["hidden"]) as mesh:
         model = RNN(I, 8 * len(devices), O, B)
     train_vars = model.train_vars().unique()
@@ -116,7 +168,9 @@ def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
     if fix_counter:
         adam.step.value = jax.device_put(adam.step.value, NamedSharding(mesh, P()))
     if fix_specs:
-        for v in list(model.vars().unique().values()) + list(adam.vars().unique().values()):
+        variables = (list(model.vars().unique().values())
+                     + list(adam.vars().unique().values()))
+        for v in variables:
             s = v.value.sharding
             if isinstance(s, NamedSharding) and len(s.spec) and s.spec[-1] is None:
                 spec = s.spec

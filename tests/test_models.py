@@ -1,4 +1,5 @@
-"""Tests of shardbook.models on 4 simulated CPU devices.
+"""Tests of the BrainPy RNN (``book.rnn``, ``shardbook/rnn/model.py``) on 4 simulated
+CPU devices.
 
 JAX fixes the device count when it starts, and pytest may already have started it
 with another count, so the checks run in a fresh Python process that sets
@@ -17,14 +18,15 @@ import pytest
 SCRIPT = textwrap.dedent(
     r"""
     import json, warnings
-    from shardbook import setup_devices
-    setup_devices(verbose=False)
+    from shardbook import book
+    book.setup_devices(verbose=False)
     import jax, numpy as np
     import brainpy as bp, brainpy.math as bm
-    from jax.sharding import PartitionSpec as P
-    from shardbook.models import (RNN, make_task, make_train_step, train, shard_batch,
-                                  mesh_shape_2d, rnn_bytes, hidden_size_sweep)
-    from shardbook.shards import max_bytes_per_device
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    rnn = book.rnn
+    RNN, make_task, make_train_step = rnn.RNN, rnn.make_task, rnn.make_train_step
+    train, shard_batch, mesh_shape_2d = rnn.train, rnn.shard_batch, book.mesh_shape_2d
+    max_bytes_per_device = book.shards.max_bytes_per_device
 
     n = jax.device_count()
     B, T, I, H, O = 8, 12, 3, 840, 2
@@ -40,7 +42,8 @@ SCRIPT = textwrap.dedent(
             warnings.simplefilter("always")
             if shape is None:
                 return RNN(I, H, O, B, **kw), None, [str(x.message) for x in w]
-            with bm.sharding.device_mesh(np.array(jax.devices()).reshape(shape), names) as mesh:
+            grid = np.array(jax.devices()).reshape(shape)
+            with bm.sharding.device_mesh(grid, names) as mesh:
                 model = RNN(I, H, O, B, **kw)
         return model, mesh, [str(x.message) for x in w]
 
@@ -49,7 +52,8 @@ SCRIPT = textwrap.dedent(
                               ("batch", (n,), ["batch"]),
                               ("2d", mesh_shape_2d(n), ["batch", "hidden"])]:
         model, mesh, warned = build(shape, names)
-        x, y = (xs, ys) if mesh is None else (shard_batch(xs, mesh), shard_batch(ys, mesh))
+        x, y = ((xs, ys) if mesh is None
+                else (shard_batch(xs, mesh), shard_batch(ys, mesh)))
         built = {k: spec(getattr(model, k)) for k in ("state", "win", "wrec", "wout")}
         step = make_train_step(model, 1e-3)
         losses = train(model, x, y, 3, step=step)
@@ -57,7 +61,8 @@ SCRIPT = textwrap.dedent(
             losses=losses.tolist(),
             wrec=np.asarray(model.wrec.value).tolist(),
             built=built,
-            specs={k: spec(getattr(model, k)) for k in ("state", "win", "wrec", "wout")},
+            specs={k: spec(getattr(model, k))
+                   for k in ("state", "win", "wrec", "wout")},
             adam={k.split(".")[-1]: spec(v) for k, v in step.optimizer.vars().items()
                   if k.endswith(("_m", "_v"))},
             warnings=warned,
@@ -66,14 +71,34 @@ SCRIPT = textwrap.dedent(
         if key == "hidden":
             model.reset_state(B)
             runs[key]["state_after_reset"] = spec(model.state)
+            # use_mesh: reset_state puts the state on another mesh of the same names
+            other = Mesh(np.array(jax.devices()[::-1]), ("hidden",))
+            model.use_mesh(other)
+            model.reset_state(B)
+            runs[key]["reset_on_other_mesh"] = [
+                model.state_sharding.mesh == other,
+                [d.id for d in model.state.value.sharding.mesh.devices.flat]]
+            errors = []
+            for bad in (lambda: model.use_mesh(Mesh(np.array(jax.devices()), ("x",))),
+                        lambda: setattr(model, "state_sharding", P("hidden"))):
+                try:
+                    bad()
+                    errors.append("no error")
+                except (ValueError, TypeError) as e:
+                    errors.append(type(e).__name__)
+            runs[key]["use_mesh_errors"] = errors
     out["runs"] = runs
-    out["predicted_weight_bytes"] = rnn_bytes(I, H, O, B, T, hidden_shards=n)["weights"]
+    out["predicted_weight_bytes"] = rnn.weight_bytes(I, H, O, hidden_shards=n)
+    single = RNN(I, H, O, B, annotate="none")
+    single.use_mesh(Mesh(np.array(jax.devices()), ("hidden",)))   # nothing to move
+    out["single_state_sharding"] = repr(single.state_sharding)
 
     # annotate="state": the weights start unsharded
     model, _, _ = build((n,), ["hidden"], annotate="state")
     out["state_only_before"] = {k: spec(getattr(model, k)) for k in ("state", "wrec")}
 
-    # the discussion's positional call: variable(init, num_hid, batch_size) = batch num_hid
+    # the discussion's positional call: variable(init, num_hid, batch_size) is
+    # batch num_hid
     with bm.sharding.device_mesh(jax.devices(), ["hidden"]):
         v = bp.init.variable(bm.zeros, H, B, axis_names=["hidden"])
         out["trap_shape"] = list(v.shape)
@@ -85,14 +110,8 @@ SCRIPT = textwrap.dedent(
         out["fixed_shape"] = list(bp.init.variable(bm.zeros, batch_or_mode=1, sizes=H,
                                                    axis_names=["hidden"]).shape)
 
-    out["task_same"] = bool(np.array_equal(make_task(2, 5, 3, 2, 7)[1], make_task(2, 5, 3, 2, 7)[1]))
-    import tempfile, os
-    path = os.path.join(tempfile.mkdtemp(), "sweep.json")
-    hidden_size_sweep([840], steps=1, batch=4, time_steps=5, command="pytest", out_path=path)
-    with open(path) as f:
-        sweep = json.load(f)
-    out["sweep"] = sweep["rows"][0]
-    out["sweep_prov"] = sweep["provenance"]
+    out["task_same"] = bool(np.array_equal(make_task(2, 5, 3, 2, 7)[1],
+                                           make_task(2, 5, 3, 2, 7)[1]))
     print("RESULT" + json.dumps(out))
     """
 )
@@ -101,7 +120,8 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def result():
     env = dict(os.environ, JAX_PLATFORMS="cpu", BOOK_NUM_DEVICES="4")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")][-1]
     return json.loads(line[len("RESULT"):])
@@ -123,8 +143,9 @@ def test_every_strategy_gives_the_same_training(result):
 
 def test_hidden_shardings(result):
     # as built (before any jit step could re-shard them by propagation)
-    assert result["runs"]["hidden"]["built"] == {"state": "P(None, 'hidden')", "win": "P(None, 'hidden')",
-                                                 "wrec": "P(None, 'hidden')", "wout": "P('hidden', None)"}
+    assert result["runs"]["hidden"]["built"] == {
+        "state": "P(None, 'hidden')", "win": "P(None, 'hidden')",
+        "wrec": "P(None, 'hidden')", "wout": "P('hidden', None)"}
     # after three training steps
     specs = result["runs"]["hidden"]["specs"]
     assert specs == {"state": "P(None, 'hidden')", "win": "P(None, 'hidden')",
@@ -140,8 +161,10 @@ def test_hidden_shardings(result):
 
 def test_batch_and_2d_shardings(result):
     b = result["runs"]["batch"]
-    assert b["specs"]["state"] == "P('batch',)" and b["specs"]["wrec"] == "P()"  # replicated
-    assert b["warnings"] == [], "the RNN should silence BrainPy's all-names-missing warning on a batch mesh"
+    assert b["specs"]["state"] == "P('batch',)"
+    assert b["specs"]["wrec"] == "P()"  # replicated
+    assert b["warnings"] == [], ("the RNN should silence BrainPy's all-names-missing "
+                                 "warning on a batch mesh")
     d = result["runs"]["2d"]["specs"]
     assert d["state"] == "P('batch', 'hidden')" and d["wrec"] == "P(None, 'hidden')"
 
@@ -151,20 +174,35 @@ def test_unsharded_outside_a_mesh(result):
 
 
 def test_state_only_annotation(result):
-    assert result["state_only_before"] == {"state": "P(None, 'hidden')", "wrec": "SingleDeviceSharding"}
+    assert result["state_only_before"] == {"state": "P(None, 'hidden')",
+                                           "wrec": "SingleDeviceSharding"}
 
 
 def test_argument_order_trap(result):
-    assert result["trap_shape"] == [840, 8]        # batch 840, size 8: mis-shaped, no error
-    assert result["trap_batch1"] == "IndivisibleError"  # the discussion's batch_size=1 on 4 devices
+    assert result["trap_shape"] == [840, 8]   # batch 840, size 8: mis-shaped, no error
+    # the discussion's batch_size=1 on 4 devices
+    assert result["trap_batch1"] == "IndivisibleError"
     assert result["fixed_shape"] == [1, 840]
 
 
-def test_task_and_sweep(result):
+def test_use_mesh_moves_the_reset_state(result):
+    run = result["runs"]["hidden"]
+    same_mesh, ids = run["reset_on_other_mesh"]
+    assert same_mesh and ids == [3, 2, 1, 0]
+    assert run["use_mesh_errors"] == ["ValueError", "TypeError"]
+    assert result["single_state_sharding"] == "None"
+
+
+def test_task_is_deterministic(result):
     assert result["task_same"]
-    row = result["sweep"]
-    assert row["hidden"] == 840
-    assert row["weights_bytes"] == row["predicted"]["weights"]
-    assert row["adam_bytes"] == row["predicted"]["adam"]
-    assert row["memory_analysis"]["arguments"] > row["weights_bytes"]
-    assert result["sweep_prov"]["device_count"] == 4 and result["sweep_prov"]["command"] == "pytest"
+
+
+def test_the_bytes_formula():
+    from shardbook import book
+
+    assert book.rnn.weight_count(3, 840, 2) == 845 * 840
+    assert book.rnn.weight_bytes(3, 840, 2, hidden_shards=4) == 4 * 845 * 840 // 4
+    assert book.rnn.grad_bytes(4, 32, 2) == 4 * 38 * 32 + 4
+    assert book.rnn.grad_bytes(4, 32, 2, loss=False) == 4 * 38 * 32
+    with pytest.raises(ValueError, match="does not divide the hidden size 841"):
+        book.rnn.weight_bytes(3, 841, 2, hidden_shards=4)

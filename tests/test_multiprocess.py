@@ -11,9 +11,16 @@ import time
 import numpy as np
 import pytest
 
-from shardbook import multiprocess as mp, verify
+from shardbook import book
+
+mp, verify = book.multiprocess, book.verify
 
 TINY = dict(num_in=4, hidden=8, num_out=2, batch=4, time=5, steps=2)
+
+
+def test_the_task_is_chapter_5a_configuration():
+    assert mp.DEFAULTS == book.config("ch5a", 8).asdict()   # 2 processes x 4 devices
+    assert book.config("ch5a", 9).hidden % 9 == 0            # launch(3, 3) divides
 
 
 def test_free_port_is_loopback_and_free():
@@ -64,14 +71,12 @@ def test_two_processes_match_one_process(both):
     assert cols == ["0:2", "2:4", "4:6", "6:8"]
 
     # the same run in this process (4 devices, see conftest.py)
-    import jax
-
     import brainpy.math as bm
 
-    from shardbook.models import RNN, make_task, make_train_step
-
-    c = {**mp.DEFAULTS, **TINY}
-    with bm.sharding.device_mesh(np.array(jax.devices()), ["hidden"]):
+    RNN, make_task, make_train_step = (book.rnn.RNN, book.rnn.make_task,
+                                       book.rnn.make_train_step)
+    c = {**book.config("ch5a", 4).asdict(), **TINY}   # 2 processes x 2 devices
+    with bm.sharding.device_mesh(np.array(book.devices()), ["hidden"]):
         model = RNN(c["num_in"], c["hidden"], c["num_out"], c["batch"], seed=c["seed"])
     step = make_train_step(model, c["lr"])
     xs, ys = make_task(c["batch"], c["time"], c["num_in"], c["num_out"], seed=c["seed"])

@@ -18,19 +18,20 @@ about ``lr * sign(g)``.
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainpy as bp
 import brainpy.math as bm
-import jax
-from jax.sharding import NamedSharding, PartitionSpec as P
 
-from shardbook import verify
-from shardbook.models import RNN, make_grad_fn, make_task
+from shardbook import book
 
-ROOT = Path(__file__).resolve().parent.parent
-B, T, I, H, O = 16, 12, 3, 32, 2
+verify = book.verify
+RNN, make_grad_fn, make_task = book.rnn.RNN, book.rnn.make_grad_fn, book.rnn.make_task
+ROOT = Path(__file__).resolve().parents[1]
+B, T, I, H, O = 16, 12, 3, 32, 2      # noqa: E741  (small sizes: the check, not the model)
 NAMES = ("win", "wrec", "wout")
 
 
@@ -56,7 +57,7 @@ def reference(data):
 
 def sharded_grads(axis: str, data):
     xs, ys = data
-    with bm.sharding.device_mesh(jax.devices(), [axis]) as mesh:
+    with bm.sharding.device_mesh(book.devices(), [axis]) as mesh:
         model = RNN(I, H, O, B, seed=5)
     spec = P("batch") if axis == "batch" else P()
     xs, ys = (jax.device_put(a, NamedSharding(mesh, spec)) for a in (xs, ys))
@@ -67,7 +68,7 @@ def sharded_grads(axis: str, data):
 def test_ch2_batch_split_gradient_check_catches_planted_bugs(data, reference):
     tol = tolerance("ch2.rnn.grads")
     ref, g1 = reference
-    n = jax.device_count()
+    n = len(book.devices())
     assert n > 1, "a planted shard bug needs more than one device"
     gn = sharded_grads("batch", data)
     verify.close("ch2.rnn.grads", gn, g1, **tol)            # the real thing passes
@@ -88,7 +89,7 @@ def test_ch2_batch_split_gradient_check_catches_planted_bugs(data, reference):
 def test_ch3_hidden_split_gradient_check_catches_planted_bugs(data, reference):
     tol = tolerance("ch3.hidden.grads")
     _, g1 = reference
-    n = jax.device_count()
+    n = len(book.devices())
     gn = sharded_grads("hidden", data)
     verify.close("ch3.hidden.grads", gn, g1, **tol)
 
@@ -110,7 +111,8 @@ def test_adam_hides_a_scaled_gradient_from_a_weight_check(reference):
     """Why the chapters compare gradients: one Adam step with g and with 7/8 g.
 
     BrainPy's Adam scales the step by sqrt(1 - b2^t) / (1 - b1^t), so its first update
-    is lr * g / (|g| + eps'), eps' = 1e-8 / sqrt(1 - 0.999) = 3.2e-7: about lr * sign(g),
+    is lr * g / (|g| + eps'), eps' = 1e-8 / sqrt(1 - 0.999) = 3.2e-7: about
+    lr * sign(g),
     whatever the scale of g.  A gradient 12.5 % too small moves the weights almost
     exactly as the right one does.
     """
@@ -131,7 +133,8 @@ def test_adam_hides_a_scaled_gradient_from_a_weight_check(reference):
         step = np.abs(updates[0][k][big])
         assert np.all(np.abs(step - 1e-2) < 1e-3), "first step is about lr * sign(g)"
         rel = np.abs(updates[1][k] - updates[0][k])[big] / step
-        assert rel.max() < 0.125 / 10, "the 12.5 % gradient error shrinks > 10x in the weights"
+        assert rel.max() < 0.125 / 10, ("the 12.5 % gradient error shrinks > 10x in "
+                                        "the weights")
     tol = tolerance("ch2.rnn.grads")
     with pytest.raises(AssertionError):            # while the gradient check sees it
         verify.close("ch2.rnn.grads", {k: g1[k] * 7 / 8 for k in NAMES}, g1, **tol)
