@@ -17,7 +17,7 @@ a million neurons and across processes (every process gets the same answer).
 from __future__ import annotations
 
 import hashlib
-from functools import partial
+from functools import lru_cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -109,21 +109,23 @@ def edge_summary(comm, mesh) -> np.ndarray:
     """
     edges, arrays, specs, n_pre, n_post = _parts(comm)
     devices = 1 if mesh is None or specs is None else int(mesh.shape[NEURON])
-    n_local = n_post // devices
+    program = _summary_program(edges.func, n_pre, n_post // devices,
+                               mesh if devices > 1 else None, specs if devices > 1 else None)
+    return np.asarray(jax.device_get(program(*arrays)), dtype=np.int64)
 
+
+@lru_cache(maxsize=64)
+def _summary_program(edges, n_pre, n_local, mesh, specs):
+    """The jitted summary of one kind of projection: compiled once per shapes."""
     def local(*parts):
-        block = 0 if devices == 1 else jax.lax.axis_index(NEURON)
-        out = _local_summary(*edges(*parts), n_local=n_local, block=block)
-        return out[None] if devices == 1 else jax.lax.all_gather(out, NEURON)
+        block = 0 if mesh is None else jax.lax.axis_index(NEURON)
+        out = _local_summary(*edges(*parts, n_pre=n_pre), n_local=n_local, block=block)
+        return out[None] if mesh is None else jax.lax.all_gather(out, NEURON)
 
-    if devices > 1:
-        local = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=P(),
-                              check_vma=False)
-        replicated = jax.sharding.NamedSharding(mesh, P())
-        got = jax.jit(local, out_shardings=replicated)(*arrays)
-    else:
-        got = jax.jit(local)(*arrays)
-    return np.asarray(jax.device_get(got), dtype=np.int64)
+    if mesh is None:
+        return jax.jit(local)
+    local = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
+    return jax.jit(local, out_shardings=jax.sharding.NamedSharding(mesh, P()))
 
 
 class DegreeStats(dict):
