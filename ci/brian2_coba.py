@@ -15,12 +15,13 @@ the cython code generator.  What changes between runs comes in a JSON spec:
   (the book's initial V, g_e, g_i and kick events, from ``export``).
 
     python ci/brian2_coba.py run SPEC.json OUT.npz      # spikes (neuron, step) to OUT
-    python ci/brian2_coba.py serve SPEC.json            # timing: lines "run MS" on stdin
+    python ci/brian2_coba.py serve SPEC.json       # timing: lines "run MS" on stdin
 
 ``serve`` builds the network, runs 10 ms (compiling into Brian's cython cache), prints
 ``READY``, then answers every ``run MS`` line with one JSON line: the wall seconds of
 ``run(MS * ms)`` and the spikes in it.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ import time
 
 import numpy as np
 
-EQS = '''
+EQS = """
 dv/dt = (gl*(El-v)+ge*(Ee-v)+gi*(Ei-v)-
          g_na*(m*m*m)*h*(v-ENa)-
          g_kd*(n*n*n*n)*(v-EK))/Cm : volt
@@ -45,41 +46,57 @@ alpha_h = 0.128*exp((17*mV-v+VT)/(18*mV))/ms : Hz
 beta_h = 4./(1+exp((40*mV-v+VT)/(5*mV)))/ms : Hz
 alpha_n = 0.032*(mV**-1)*5*mV/exprel((15*mV-v+VT)/(5*mV))/ms : Hz
 beta_n = .5*exp((10*mV-v+VT)/(40*mV))/ms : Hz
-'''
+"""
 
 
 def nest_gates():
     """NEST's hh_cond_exp_traub initial (m, h, n): its rates' equilibrium at E_L."""
-    v = -60.
-    a_n = 0.032 * (15. - v) / (math.exp((15. - v) / 5.) - 1.)
-    b_n = 0.5 * math.exp((10. - v) / 40.)
-    a_m = 0.32 * (13. - v) / (math.exp((13. - v) / 4.) - 1.)
-    b_m = 0.28 * (v - 40.) / (math.exp((v - 40.) / 5.) - 1.)
-    a_h = 0.128 * math.exp((17. - v) / 18.)
-    b_h = 4. / (1. + math.exp((40. - v) / 5.))
+    v = -60.0
+    a_n = 0.032 * (15.0 - v) / (math.exp((15.0 - v) / 5.0) - 1.0)
+    b_n = 0.5 * math.exp((10.0 - v) / 40.0)
+    a_m = 0.32 * (13.0 - v) / (math.exp((13.0 - v) / 4.0) - 1.0)
+    b_m = 0.28 * (v - 40.0) / (math.exp((v - 40.0) / 5.0) - 1.0)
+    a_h = 0.128 * math.exp((17.0 - v) / 18.0)
+    b_h = 4.0 / (1.0 + math.exp((40.0 - v) / 5.0))
     return a_m / (a_m + b_m), a_h / (a_h + b_h), a_n / (a_n + b_n)
 
 
 def build(spec):
     """The network of ``spec``; returns (Network, SpikeMonitor, neurons)."""
     import brian2 as b2
-    from brian2 import Hz, mV, ms, nS, siemens, cm, msiemens, ufarad, umetre
+    from brian2 import mV, ms, nS, siemens, cm, msiemens, ufarad, umetre
 
     b2.prefs.codegen.target = spec.get("target", "cython")
     b2.defaultclock.dt = spec.get("dt", 0.1) * ms
     b2.seed(spec["seed"])
     rng = np.random.default_rng(spec["seed"])
-    area = 20000 * umetre ** 2
-    ns = dict(Cm=(1 * ufarad * cm ** -2) * area, gl=(5e-5 * siemens * cm ** -2) * area,
-              El=-60 * mV, EK=-90 * mV, ENa=50 * mV,
-              g_na=(100 * msiemens * cm ** -2) * area,
-              g_kd=(30 * msiemens * cm ** -2) * area, VT=-63 * mV, taue=5 * ms,
-              taui=10 * ms, Ee=0 * mV, Ei=-80 * mV, we=6 * nS, wi=67 * nS)
+    area = 20000 * umetre**2
+    ns = dict(
+        Cm=(1 * ufarad * cm**-2) * area,
+        gl=(5e-5 * siemens * cm**-2) * area,
+        El=-60 * mV,
+        EK=-90 * mV,
+        ENa=50 * mV,
+        g_na=(100 * msiemens * cm**-2) * area,
+        g_kd=(30 * msiemens * cm**-2) * area,
+        VT=-63 * mV,
+        taue=5 * ms,
+        taui=10 * ms,
+        Ee=0 * mV,
+        Ei=-80 * mV,
+        we=6 * nS,
+        wi=67 * nS,
+    )
     n_exc, n_inh = spec["n_exc"], spec["n_inh"]
     n = n_exc + n_inh
-    P = b2.NeuronGroup(n, model=b2.Equations(EQS), threshold="v>-20*mV",
-                       refractory=spec.get("refractory_ms", 3.) * ms,
-                       method="exponential_euler", namespace=ns)
+    P = b2.NeuronGroup(
+        n,
+        model=b2.Equations(EQS),
+        threshold="v>-20*mV",
+        refractory=spec.get("refractory_ms", 3.0) * ms,
+        method="exponential_euler",
+        namespace=ns,
+    )
     Pe, Pi = P[:n_exc], P[n_exc:]
     Ce = b2.Synapses(Pe, P, on_pre="ge+=we", namespace=ns)
     Ci = b2.Synapses(Pi, P, on_pre="gi+=wi", namespace=ns)
@@ -90,8 +107,9 @@ def build(spec):
         Ci.connect(p=spec.get("p", 0.02))
     elif graph == "fixed":  # k sources per target, uniform, with replacement
         for syn, n_pre, kk in ((Ce, n_exc, k[0]), (Ci, n_inh, k[1])):
-            syn.connect(i=rng.integers(0, n_pre, size=kk * n),
-                        j=np.repeat(np.arange(n), kk))
+            syn.connect(
+                i=rng.integers(0, n_pre, size=kk * n), j=np.repeat(np.arange(n), kk)
+            )
     elif graph == "file":
         Ce.connect(i=export["exc_pre"], j=export["exc_post"])
         Ci.connect(i=export["inh_pre"], j=export["inh_post"])
@@ -124,8 +142,9 @@ def build(spec):
                 slot[q] = seen.get(key, 0)
                 seen[key] = slot[q] + 1
             width = int(slot.max()) + 1
-            gen = b2.SpikeGeneratorGroup(50 * width, ids * width + slot,
-                                         (steps - 1) * spec.get("dt", 0.1) * ms)
+            gen = b2.SpikeGeneratorGroup(
+                50 * width, ids * width + slot, (steps - 1) * spec.get("dt", 0.1) * ms
+            )
             K = b2.Synapses(gen, P, on_pre="ge+=we", namespace=ns)
             K.connect(i=np.arange(50 * width), j=np.arange(50 * width) // width)
             objects += [gen, K]
@@ -151,18 +170,37 @@ def main(argv=None) -> int:
         run_s = time.perf_counter() - t0
         dt = spec.get("dt", 0.1)
         steps = np.rint(np.asarray(mon.t / b2.ms) / dt).astype(np.int32)
-        np.savez_compressed(argv[2], neuron=np.asarray(mon.i, np.int32), step=steps,
-                            neurons=n, dt=dt)
-        print(json.dumps(dict(build_s=build_s, run_s=run_s, spikes=int(mon.num_spikes),
-                              brian2=b2.__version__, numpy=np.__version__)), flush=True)
+        np.savez_compressed(
+            argv[2], neuron=np.asarray(mon.i, np.int32), step=steps, neurons=n, dt=dt
+        )
+        print(
+            json.dumps(
+                dict(
+                    build_s=build_s,
+                    run_s=run_s,
+                    spikes=int(mon.num_spikes),
+                    brian2=b2.__version__,
+                    numpy=np.__version__,
+                )
+            ),
+            flush=True,
+        )
         return 0
     if mode == "serve":
         t0 = time.perf_counter()
-        net.run(10 * b2.ms)                  # compiles, or loads from the cython cache
-        print("READY " + json.dumps(dict(build_s=build_s,
-                                         warm_s=time.perf_counter() - t0,
-                                         brian2=b2.__version__, numpy=np.__version__)),
-              flush=True)
+        net.run(10 * b2.ms)  # compiles, or loads from the cython cache
+        print(
+            "READY "
+            + json.dumps(
+                dict(
+                    build_s=build_s,
+                    warm_s=time.perf_counter() - t0,
+                    brian2=b2.__version__,
+                    numpy=np.__version__,
+                )
+            ),
+            flush=True,
+        )
         for line in sys.stdin:
             cmd = line.split()
             if not cmd or cmd[0] == "quit":
@@ -171,8 +209,10 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             net.run(float(cmd[1]) * b2.ms)
             seconds = time.perf_counter() - t0
-            print(json.dumps(dict(seconds=seconds, spikes=int(mon.num_spikes) - before)),
-                  flush=True)
+            print(
+                json.dumps(dict(seconds=seconds, spikes=int(mon.num_spikes) - before)),
+                flush=True,
+            )
         return 0
     raise SystemExit(f"unknown mode {mode!r}")
 

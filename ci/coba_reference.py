@@ -24,6 +24,7 @@ every delivery of ``--deliveries`` (default: ``index``, the book's default, and
 ``--sim-ms`` of model time each, compile excluded on both sides.  The spikes of each
 timed window are recorded beside its time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,7 @@ REQUIREMENTS = ROOT / "ci" / "requirements-brian2.txt"
 
 
 def ensure_venv(venv: Path) -> Path:
-    """The Brian 2 venv's python, made from the requirements file if missing or stale."""
+    """The Brian 2 venv's python, made from the requirements file if missing/stale."""
     py = venv / "bin" / "python"
     stamp = venv / ".requirements"
     want = REQUIREMENTS.read_text()
@@ -54,8 +55,19 @@ def ensure_venv(venv: Path) -> Path:
     t0 = time.time()
     print(f"[brian2] making {venv} from {REQUIREMENTS.name}", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    "-r", str(REQUIREMENTS)], check=True)
+    subprocess.run(
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-r",
+            str(REQUIREMENTS),
+        ],
+        check=True,
+    )
     subprocess.run([str(py), "-c", "import brian2"], check=True)
     stamp.write_text(want)
     print(f"[brian2] ready in {time.time() - t0:.0f} s", flush=True)
@@ -78,7 +90,7 @@ def export(net, path: Path, kick_steps: int = 600) -> None:
         pre, post = [], []
         for name in names:
             proj = net.projections[name]
-            src = np.asarray(proj.comm.conn.value)          # [k, n_post]
+            src = np.asarray(proj.comm.conn.value)  # [k, n_post]
             offset = 0 if name.endswith("E") else net.n_exc
             n_pre = net.n_exc if kind == "exc" else net.n_inh
             k_idx, j = np.nonzero(src < n_pre)
@@ -89,11 +101,13 @@ def export(net, path: Path, kick_steps: int = 600) -> None:
     pops = net.populations
     arrays["V"] = np.concatenate([np.asarray(p.V.value) for p in pops.values()])
     for g, proj in (("ge", ("E2E", "E2I")), ("gi", ("I2E", "I2I"))):
-        arrays[g] = np.concatenate([np.asarray(net.projections[x].refs["syn"].g.value)
-                                    for x in proj])
+        arrays[g] = np.concatenate(
+            [np.asarray(net.projections[x].refs["syn"].g.value) for x in proj]
+        )
     for var in ("m", "h", "n"):
-        arrays[var] = np.concatenate([np.asarray(getattr(p, var).value)
-                                      for p in pops.values()])
+        arrays[var] = np.concatenate(
+            [np.asarray(getattr(p, var).value) for p in pops.values()]
+        )
     if net.start == "kick":
         from shardbook.coba.parameters import we
 
@@ -106,13 +120,18 @@ def export(net, path: Path, kick_steps: int = 600) -> None:
     np.savez(path, **arrays)
 
 
-def run_brian(py, spec: dict, tmp: Path) -> tuple[dict, "np.ndarray"]:
+def run_brian(py, spec: dict, tmp: Path) -> tuple:
     import numpy as np
 
     spec_file, out = tmp / "spec.json", tmp / "spikes.npz"
     spec_file.write_text(json.dumps(spec))
-    p = subprocess.run([str(py), str(BRIAN), "run", str(spec_file), str(out)],
-                       capture_output=True, text=True, env=brian_env(), timeout=3600)
+    p = subprocess.run(
+        [str(py), str(BRIAN), "run", str(spec_file), str(out)],
+        capture_output=True,
+        text=True,
+        env=brian_env(),
+        timeout=3600,
+    )
     if p.returncode:
         raise RuntimeError(f"Brian 2 failed ({p.returncode}):\n{p.stderr[-3000:]}")
     info = json.loads(p.stdout.strip().splitlines()[-1])
@@ -129,47 +148,81 @@ def reference(args, py) -> int:
     import jax
 
     data = _start(args, regimes.REFERENCE_SCHEMA)
-    data["simulator"] = dict(name="Brian 2", model="examples/COBAHH.py (tags 2.9.0, 2.10.1)",
-                             target="cython", dtype="float64", method="exponential_euler",
-                             threshold="v > -20 mV", refractory_ms=3.0)
-    data["isi_edges_ms"] = [float(x) for x in __import__(
-        "shardbook.coba.run", fromlist=["ISI_EDGES_MS"]).ISI_EDGES_MS]
+    data["simulator"] = dict(
+        name="Brian 2",
+        model="examples/COBAHH.py (tags 2.9.0, 2.10.1)",
+        target="cython",
+        dtype="float64",
+        method="exponential_euler",
+        threshold="v > -20 mV",
+        refractory_ms=3.0,
+    )
+    data["isi_edges_ms"] = [
+        float(x)
+        for x in __import__(
+            "shardbook.coba.run", fromlist=["ISI_EDGES_MS"]
+        ).ISI_EDGES_MS
+    ]
     done = {(r["form"], r["connectivity"], r["seed"]) for r in data["runs"]}
     total_ms = regimes.PROTOCOL["transient_ms"] + regimes.PROTOCOL["window_ms"]
-    jobs = [(form, "own", s) for form in ("brette", "nest")
-            for s in range(1, 1 + args.seeds)]
-    jobs += [(form, "book", s) for form in ("brette", "nest")
-             for s in range(1, 1 + args.export_seeds)]
+    jobs = [
+        (form, "own", s)
+        for form in ("brette", "nest")
+        for s in range(1, 1 + args.seeds)
+    ]
+    jobs += [
+        (form, "book", s)
+        for form in ("brette", "nest")
+        for s in range(1, 1 + args.export_seeds)
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for form, conn, seed in jobs:
             if (form, conn, seed) in done:
                 continue
             kw = regimes.FORMS[form]
-            spec = dict(n_exc=kw["sizes"][0], n_inh=kw["sizes"][1], seed=seed, dt=0.1,
-                        duration_ms=total_ms, graph=kw["graph"], start=kw["start"])
+            spec = dict(
+                n_exc=kw["sizes"][0],
+                n_inh=kw["sizes"][1],
+                seed=seed,
+                dt=0.1,
+                duration_ms=total_ms,
+                graph=kw["graph"],
+                start=kw["start"],
+            )
             if conn == "book":
                 net = build(jax.devices()[:1], seed=seed, conn="index", **kw)
                 export(net, tmp / "export.npz")
                 spec.update(graph="file", start="file", export=str(tmp / "export.npz"))
             t0 = time.time()
             info, raster = run_brian(py, spec, tmp)
-            run = dict(form=form, connectivity=conn, seed=seed, dt=0.1,
-                       neurons=raster.shape[1], brian_run_s=round(info["run_s"], 2),
-                       **regimes.window_stats(raster, 0.1))
-            data["simulator"]["versions"] = dict(brian2=info["brian2"], numpy=info["numpy"])
+            run = dict(
+                form=form,
+                connectivity=conn,
+                seed=seed,
+                dt=0.1,
+                neurons=raster.shape[1],
+                brian_run_s=round(info["run_s"], 2),
+                **regimes.window_stats(raster, 0.1),
+            )
+            data["simulator"]["versions"] = dict(
+                brian2=info["brian2"], numpy=info["numpy"]
+            )
             data["runs"].append(run)
             write(args.out, data)
             st = run["stats"]
-            print(f"[reference] {form} ({conn}) seed {seed}: {st['rate']:.1f} Hz, "
-                  f"CV {st['cv']:.2f}, Fano {st['fano']:.1f}, short {st['short_isi']:.2f} "
-                  f"({time.time() - t0:.0f} s)", flush=True)
+            print(
+                f"[reference] {form} ({conn}) seed {seed}: {st['rate']:.1f} Hz, "
+                f"CV {st['cv']:.2f}, Fano {st['fano']:.1f}, "
+                f"short {st['short_isi']:.2f} "
+                f"({time.time() - t0:.0f} s)",
+                flush=True,
+            )
     return 0
 
 
 def timing(args, py) -> int:
     import jax
-    import numpy as np
 
     from shardbook import book
     from shardbook.coba import regimes
@@ -177,10 +230,19 @@ def timing(args, py) -> int:
     coba = book.coba
     data = _start(args, regimes.TIMING_SCHEMA, resume=False)
     data["simulator"] = dict(name="Brian 2", target="cython", dtype="float64")
-    data.update(sizes=args.sizes, deliveries=args.deliveries, reps=args.reps,
-                sim_ms=args.sim_ms, network=dict(graph="fixed", start="random",
-                                                 k=[64, 16], seed=1), rows=[])
-    dev = book.speed_devices()[:1] if hasattr(book, "speed_devices") else jax.devices()[:1]
+    data.update(
+        sizes=args.sizes,
+        deliveries=args.deliveries,
+        reps=args.reps,
+        sim_ms=args.sim_ms,
+        network=dict(graph="fixed", start="random", k=[64, 16], seed=1),
+        rows=[],
+    )
+    dev = (
+        book.speed_devices()[:1]
+        if hasattr(book, "speed_devices")
+        else jax.devices()[:1]
+    )
     steps = int(round(args.sim_ms / coba.DT))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -195,38 +257,70 @@ def timing(args, py) -> int:
                 t0 = time.perf_counter()
                 sim.compile(steps)
                 sims[d] = (sim, time.perf_counter() - t0)
-            spec = dict(n_exc=sizes[0], n_inh=sizes[1], seed=1, dt=0.1, graph="file",
-                        start="file", export=str(tmp / "export.npz"), record=False)
+            spec = dict(
+                n_exc=sizes[0],
+                n_inh=sizes[1],
+                seed=1,
+                dt=0.1,
+                graph="file",
+                start="file",
+                export=str(tmp / "export.npz"),
+                record=False,
+            )
             (tmp / "spec.json").write_text(json.dumps(spec))
-            server = subprocess.Popen([str(py), str(BRIAN), "serve", str(tmp / "spec.json")],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True, env=brian_env())
+            server = subprocess.Popen(
+                [str(py), str(BRIAN), "serve", str(tmp / "spec.json")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=brian_env(),
+            )
             ready = server.stdout.readline()
             if not ready.startswith("READY "):
                 raise RuntimeError(f"Brian 2 server: {ready!r}")
             info = json.loads(ready[6:])
-            data["simulator"]["versions"] = dict(brian2=info["brian2"], numpy=info["numpy"])
+            data["simulator"]["versions"] = dict(
+                brian2=info["brian2"], numpy=info["numpy"]
+            )
             data.setdefault("warm", {})[str(neurons)] = dict(
-                brian_build_s=info["build_s"], brian_first_run_s=info["warm_s"],
-                book_compile_s={d: s for d, (_, s) in sims.items()})
+                brian_build_s=info["build_s"],
+                brian_first_run_s=info["warm_s"],
+                book_compile_s={d: s for d, (_, s) in sims.items()},
+            )
             for rep in range(args.reps):
                 server.stdin.write(f"run {args.sim_ms}\n")
                 server.stdin.flush()
                 got = json.loads(server.stdout.readline())
-                data["rows"].append(dict(neurons=neurons, who="brian2", rep=rep,
-                                         seconds=got["seconds"], sim_ms=args.sim_ms,
-                                         spikes=got["spikes"]))
+                data["rows"].append(
+                    dict(
+                        neurons=neurons,
+                        who="brian2",
+                        rep=rep,
+                        seconds=got["seconds"],
+                        sim_ms=args.sim_ms,
+                        spikes=got["spikes"],
+                    )
+                )
                 for d, (sim, _) in sims.items():
                     before = sum(sim.totals().values())
                     _, seconds = sim.timed_run(steps)
                     spikes = sum(sim.totals().values()) - before
-                    data["rows"].append(dict(neurons=neurons, who=f"book/{d}", rep=rep,
-                                             seconds=seconds, sim_ms=args.sim_ms,
-                                             spikes=spikes))
+                    data["rows"].append(
+                        dict(
+                            neurons=neurons,
+                            who=f"book/{d}",
+                            rep=rep,
+                            seconds=seconds,
+                            sim_ms=args.sim_ms,
+                            spikes=spikes,
+                        )
+                    )
                 write(args.out, data)
-                line = ", ".join(f"{r['who']} {r['seconds']:.2f} s ({r['spikes']} spikes)"
-                                 for r in data["rows"] if r["neurons"] == neurons
-                                 and r["rep"] == rep)
+                line = ", ".join(
+                    f"{r['who']} {r['seconds']:.2f} s ({r['spikes']} spikes)"
+                    for r in data["rows"]
+                    if r["neurons"] == neurons and r["rep"] == rep
+                )
                 print(f"[timing] {neurons} neurons, rep {rep}: {line}", flush=True)
             server.stdin.write("quit\n")
             server.stdin.flush()
@@ -239,8 +333,8 @@ def timing(args, py) -> int:
 
 
 def summarize(data) -> list[dict]:
-    """Median seconds per simulated second and the ratio to Brian 2, per size and side."""
-    import numpy as np
+    """Median seconds per simulated second, and the ratio to Brian 2, per size."""
+    import numpy as np  # noqa: F811
 
     out = []
     for neurons in data["sizes"]:
@@ -248,11 +342,19 @@ def summarize(data) -> list[dict]:
         med = {}
         for who in sorted({r["who"] for r in rows}):
             mine = [r for r in rows if r["who"] == who]
-            med[who] = float(np.median([r["seconds"] / (r["sim_ms"] * 1e-3) for r in mine]))
+            med[who] = float(
+                np.median([r["seconds"] / (r["sim_ms"] * 1e-3) for r in mine])
+            )
             spikes = float(np.median([r["spikes"] for r in mine]))
-            out.append(dict(neurons=neurons, who=who, s_per_sim_s=med[who],
-                            spikes_per_step=spikes / (mine[0]["sim_ms"] / 0.1),
-                            reps=len(mine)))
+            out.append(
+                dict(
+                    neurons=neurons,
+                    who=who,
+                    s_per_sim_s=med[who],
+                    spikes_per_step=spikes / (mine[0]["sim_ms"] / 0.1),
+                    reps=len(mine),
+                )
+            )
         for row in out:
             if row["neurons"] == neurons:
                 row["vs_brian2"] = row["s_per_sim_s"] / med["brian2"]
@@ -263,31 +365,43 @@ def _start(args, schema, resume=True) -> dict:
     from shardbook.provenance import provenance
 
     command = "python ci/coba_reference.py " + " ".join(
-        shlex.quote(a) for a in (args.argv if args.argv is not None else sys.argv[1:]))
+        shlex.quote(a) for a in (args.argv if args.argv is not None else sys.argv[1:])
+    )
     old = json.loads(args.out.read_text()) if resume and args.out.exists() else {}
     from shardbook.coba import regimes
 
-    data = dict(schema=schema, provenance=provenance(command) | {"machine": machine()},
-                protocol=regimes.PROTOCOL,
-                runs=old.get("runs", []) if old.get("schema") == schema else [])
+    data = dict(
+        schema=schema,
+        provenance=provenance(command) | {"machine": machine()},
+        protocol=regimes.PROTOCOL,
+        runs=old.get("runs", []) if old.get("schema") == schema else [],
+    )
     if schema == regimes.TIMING_SCHEMA:
         data.pop("runs")
     return data
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("what", choices=("reference", "timing"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--venv", type=Path, default=ROOT / ".venv-brian2")
     ap.add_argument("--seeds", type=int, default=16, help="Brian's own graph: seeds")
-    ap.add_argument("--export-seeds", type=int, default=8, help="the book's graph: seeds")
+    ap.add_argument(
+        "--export-seeds", type=int, default=8, help="the book's graph: seeds"
+    )
     ap.add_argument("--sizes", type=int, nargs="+", default=[4000, 16000])
-    ap.add_argument("--deliveries", nargs="+", default=["index", "event"],
-                    help="the book's deliveries to time (conn= of coba.build)")
+    ap.add_argument(
+        "--deliveries",
+        nargs="+",
+        default=["index", "event"],
+        help="the book's deliveries to time (conn= of coba.build)",
+    )
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--sim-ms", type=float, default=500.)
+    ap.add_argument("--sim-ms", type=float, default=500.0)
     args = ap.parse_args(argv)
     args.argv = argv
     os.environ.setdefault("BOOK_NUM_DEVICES", "1")

@@ -20,6 +20,7 @@ The file is rewritten after every run, and a rerun skips the runs it already has
 an interrupted script resumes.  Seeds start at 1: the chapter's own runs use seed 0,
 which no bound is made from.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,10 +36,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def machine() -> dict:
-    """The CPU that ran it (chaos makes its last bits matter: each CPU is a new sample)."""
-    model = next((ln.split(":", 1)[1].strip() for ln in
-                  Path("/proc/cpuinfo").read_text().splitlines()
-                  if ln.startswith("model name")), platform.processor())
+    """The CPU that ran it (chaos makes its last bits matter: a CPU is a new sample)."""
+    model = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
     return dict(cpu=model, cores=os.cpu_count(), machine=platform.machine())
 
 
@@ -58,7 +64,9 @@ def plan_forms(args, regimes) -> list[dict]:
     for g in regimes.GRAPHS_2X2:
         for st in regimes.STARTS_2X2:
             kw = regimes.cell(g, st)
-            if any(kw == dict(f, sizes=tuple(f["sizes"])) for f in regimes.FORMS.values()):
+            if any(
+                kw == dict(f, sizes=tuple(f["sizes"])) for f in regimes.FORMS.values()
+            ):
                 continue  # a form: its first seeds are this cell's runs
             for s in range(1, 1 + args.cell_seeds):
                 jobs.append(dict(form=f"cell {g}/{st}", seed=s, dt=0.1, **kw))
@@ -66,14 +74,19 @@ def plan_forms(args, regimes) -> list[dict]:
 
 
 def plan_dt(args, regimes) -> list[dict]:
-    return [dict(form=form, seed=s, dt=dt, **regimes.FORMS[form])
-            for dt in args.dts for form in ("brette", "nest")
-            for s in range(1, 1 + args.dt_seeds)]
+    return [
+        dict(form=form, seed=s, dt=dt, **regimes.FORMS[form])
+        for dt in args.dts
+        for form in ("brette", "nest")
+        for s in range(1, 1 + args.dt_seeds)
+    ]
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("what", choices=("forms", "dt"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--bound-seeds", type=int, default=16)
@@ -81,11 +94,23 @@ def main(argv=None) -> int:
     ap.add_argument("--cell-seeds", type=int, default=8)
     ap.add_argument("--dt-seeds", type=int, default=8)
     ap.add_argument("--dts", type=float, nargs="+", default=[0.1, 0.05, 0.025])
-    ap.add_argument("--conn", default="event", help="delivery (bit-identical to 'index')")
-    ap.add_argument("--limit", type=int, default=0, help="stop after this many new runs")
+    ap.add_argument(
+        "--conn", default="event", help="delivery (bit-identical to 'index')"
+    )
+    ap.add_argument(
+        "--limit", type=int, default=0, help="stop after this many new runs"
+    )
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        help="dt: take the runs this forms file already has (same code, "
+        "seeds and dt) instead of running them again",
+    )
     args = ap.parse_args(argv)
     command = "python ci/coba_regimes.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
 
     os.environ.setdefault("BOOK_NUM_DEVICES", "1")
     sys.path.insert(0, str(ROOT))
@@ -99,16 +124,33 @@ def main(argv=None) -> int:
     jobs = plan_forms(args, regimes) if args.what == "forms" else plan_dt(args, regimes)
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     runs = old.get("runs", []) if old.get("schema") == schema else []
+    if args.reuse is not None and args.what == "dt":
+        have = {(r["form"], r["seed"], r["dt"]) for r in runs}
+        wanted = {(j["form"], j["seed"], j["dt"]) for j in jobs}
+        for r in json.loads(args.reuse.read_text())["runs"]:
+            key = (r["form"], r["seed"], r["dt"])
+            if key in wanted and key not in have:
+                runs.append(dict(r, reused_from=str(args.reuse)))
     done = {(r["form"], r["seed"], r["dt"]) for r in runs}
-    data = dict(schema=schema, provenance=provenance(command) | {"machine": machine()},
-                protocol=regimes.PROTOCOL, conn=args.conn, runs=runs)
+    data = dict(
+        schema=schema,
+        provenance=provenance(command) | {"machine": machine()},
+        protocol=regimes.PROTOCOL,
+        conn=args.conn,
+        runs=runs,
+    )
     if args.what == "forms":
-        data["forms"] = {k: dict(v, sizes=list(v["sizes"]), source=regimes.SOURCES[k])
-                         for k, v in regimes.FORMS.items()}
-        data["seeds"] = dict(bounds=list(range(1, 1 + args.bound_seeds)),
-                             held_out=list(range(1 + args.bound_seeds, 1 + args.bound_seeds
-                                                 + args.held_out)),
-                             cells=list(range(1, 1 + args.cell_seeds)))
+        data["forms"] = {
+            k: dict(v, sizes=list(v["sizes"]), source=regimes.SOURCES[k])
+            for k, v in regimes.FORMS.items()
+        }
+        data["seeds"] = dict(
+            bounds=list(range(1, 1 + args.bound_seeds)),
+            held_out=list(
+                range(1 + args.bound_seeds, 1 + args.bound_seeds + args.held_out)
+            ),
+            cells=list(range(1, 1 + args.cell_seeds)),
+        )
     from shardbook.coba.run import ISI_EDGES_MS
 
     data["isi_edges_ms"] = [float(x) for x in ISI_EDGES_MS]
@@ -126,16 +168,22 @@ def main(argv=None) -> int:
         done.add(key)
         write(args.out, data)
         st = run["stats"]
-        print(f"[{args.what}] {job['form']:<22} seed {job['seed']:>2} dt {job['dt']}: "
-              f"{st['rate']:.1f} Hz, CV {st['cv']:.2f}, Fano {st['fano']:.1f}, "
-              f"short {st['short_isi']:.2f} ({run['wall_s']:.0f} s)", flush=True)
+        print(
+            f"[{args.what}] {job['form']:<22} seed {job['seed']:>2} dt {job['dt']}: "
+            f"{st['rate']:.1f} Hz, CV {st['cv']:.2f}, Fano {st['fano']:.1f}, "
+            f"short {st['short_isi']:.2f} ({run['wall_s']:.0f} s)",
+            flush=True,
+        )
         new += 1
         if args.limit and new >= args.limit:
             break
     data["wall_s_this_invocation"] = round(time.time() - t_all, 1)
     write(args.out, data)
-    print(f"[{args.what}] {len(data['runs'])} runs in {args.out} "
-          f"({new} new, {time.time() - t_all:.0f} s)", flush=True)
+    print(
+        f"[{args.what}] {len(data['runs'])} runs in {args.out} "
+        f"({new} new, {time.time() - t_all:.0f} s)",
+        flush=True,
+    )
     return 0
 
 

@@ -187,12 +187,14 @@ def every_graph(tmp_path_factory):
 
 
 def _saved(out, prefix, process):
-    return {var: np.load(out / f"{prefix}_p{process}_{var}.npy") for var in ("spike", "V")}
+    return {var: np.load(out / f"{prefix}_p{process}_{var}.npy")
+            for var in ("spike", "V")}
 
 
 def _both(out, net):
-    return {var: np.concatenate([np.asarray(out[f"{p}.{var}"]) for p in net.populations],
-                                axis=1) for var in ("spike", "V")}
+    return {var: np.concatenate([np.asarray(out[f"{p}.{var}"])
+                                 for p in net.populations], axis=1)
+            for var in ("spike", "V")}
 
 
 @pytest.mark.parametrize("spec", GRAPHS, ids=[g["name"] for g in GRAPHS])
@@ -208,8 +210,9 @@ def test_every_graph_across_two_processes_equals_one_process(every_graph, spec):
     assert spec["skip"] * book.coba.DT >= 50 and ref["spike"].sum() > 50
     name = spec["name"]
     for r in reports:
-        verify.identical(f"test.ch5a.coba.{name}", _saved(out, name, r["process_index"]),
-                         ref, what=f"{name}: 2 processes x 2 devices vs 1 x 4, spikes and V")
+        verify.identical(f"test.ch5a.coba.{name}",
+                         _saved(out, name, r["process_index"]), ref,
+                         what=f"{name}: 2 processes x 2 devices vs 1 x 4, spikes and V")
         here = r["coba_nets"][name]
         assert here["fingerprint"] == book.coba.fingerprint(net)   # read from each part
         assert here["in_degree"] == {k: dict(v) for k, v in
@@ -236,7 +239,7 @@ def test_a_two_process_checkpoint_restores_in_one_process(every_graph):
         ck.restore(out / "rows_ckpt", book.devices()[:2])
 
 
-# -- the failures a cluster brings (chapter 5c), reproduced with bounded times ----------
+# -- the failures a cluster brings (chapter 5c), reproduced with bounded times -----
 def test_a_rank_that_never_starts_ends_the_others_at_the_initialization_timeout():
     from shardbook import cluster
 

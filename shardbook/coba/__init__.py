@@ -49,8 +49,8 @@ from .plots import plot_scaling
 from . import (checkpoint, connectivity, events, ledger, network, parameters, plots,
                randomness, regimes, run, sweep)
 
-MODULES = (parameters, randomness, events, network, connectivity, run, regimes, checkpoint,
-           ledger, sweep, plots)
+MODULES = (parameters, randomness, events, network, connectivity, run, regimes,
+           checkpoint, ledger, sweep, plots)
 
 
 def source_section(title: str) -> str:

@@ -15,10 +15,10 @@ import brainpy as bp
 import brainpy.math as bm
 
 from .events import EventCSR
-from .parameters import (DT, GRAPHS, K_EXC, K_INH, KICK_FROM, KICK_NEURONS, KICK_RATE,
-                         KICK_TO, NEURON, P_CONN, REPRESENTATIONS, STARTS, Cm, EK, El, ENa,
-                         Ee, Ei, V_th, VT, g_Kd, g_Na, gl, nest_initial_gates, sizes, taue,
-                         taui, we, wi)
+from .parameters import (DT, GRAPHS, K_EXC, K_INH, KICK_FROM, KICK_NEURONS,
+                         KICK_RATE, KICK_TO, NEURON, P_CONN, REPRESENTATIONS, STARTS,
+                         Cm, EK, El, ENa, Ee, Ei, V_th, VT, g_Kd, g_Na, gl,
+                         nest_initial_gates, sizes, taue, taui, we, wi)
 from .randomness import (bernoulli_k_max, bernoulli_sources, random_state,
                          random_state_axes, replicated_any, sharded_random,
                          zeros_variable as _zeros, _full_of)
@@ -137,7 +137,7 @@ class FixedInDegree(bp.dnn.Layer):
 
 def _gather(x) -> np.ndarray:
     """The whole of a global array in this process: a copy where it is all here, an
-    explicit all-gather across processes where it is not (every process must call it)."""
+    explicit all-gather across processes where it is not (every process calls it)."""
     if getattr(x, "is_fully_addressable", True):
         return np.asarray(x)
     from jax.experimental import multihost_utils
@@ -177,7 +177,8 @@ class COBAHH(bp.DynSysGroup):
         ``"kick"`` (NEST's ``hh_coba``: every neuron at E_L, and a 300 Hz Poisson kick
         onto the first 50 E neurons from 1 to 51 ms);
       * ``layout="sliced"``: the trap variant, one population sliced into E and I;
-      * ``sizes``: (n_exc, n_inh) instead of ``scale``, e.g. the benchmark's (3200, 800);
+      * ``sizes``: (n_exc, n_inh) instead of ``scale``, e.g. the benchmark's
+        (3200, 800);
       * ``dt``: the time step in ms (``Simulation`` compiles with it).
 
     ``config`` holds every constructor argument (what :func:`build` needs to make the
@@ -225,7 +226,7 @@ class COBAHH(bp.DynSysGroup):
                 k_max = bernoulli_k_max(n_pre, P_CONN)
                 init[name] = sharded_random(bernoulli_sources, jax.random.fold_in(key, i),
                                             [None, NEURON], n_pre, n_post, P_CONN, k_max)
-                # a column may have overflowed: a replicated reduction, readable anywhere
+                # a column may have overflowed (a replicated reduction: any process)
                 if replicated_any(init[name][-1] < n_pre, self.replicated):
                     raise RuntimeError(f"{name}: an in-degree reached {k_max}; raise k_max")
 
@@ -247,21 +248,23 @@ class COBAHH(bp.DynSysGroup):
                 g.value = init[f"{post}.g{pre.lower()}"]
         if start == "kick":
             self._nest_start(key)
-        self.kicked = plan[0][0] if start == "kick" else None  # E -> E: g_e of the E neurons
+        # E -> E: its synapse holds g_e of the E neurons, which NEST's kick raises
+        self.kicked = plan[0][0] if start == "kick" else None
 
     def _nest_start(self, key):
-        """NEST's start: every neuron at E_L with NEST's initial gates, no conductance."""
+        """NEST's start: every neuron at E_L with NEST's initial gates, no g."""
         for pop in self.populations.values():
             for var, value in zip(("V", "m", "h", "n"), (El, *nest_initial_gates())):
-                getattr(pop, var).value = sharded_random(_full_of, key, [NEURON], pop.num,
-                                                         float(value))
+                getattr(pop, var).value = sharded_random(_full_of, key, [NEURON],
+                                                         pop.num, float(value))
         self.kick_key = jax.random.fold_in(key, 300)
 
     def kick(self, i):
-        """Step ``i``'s g_e jumps of NEST's Poisson kick, for every neuron of the target.
+        """Step ``i``'s g_e jumps of NEST's Poisson kick, for every target neuron.
 
         Each of the first 50 E neurons receives its own Poisson train of 300 Hz while
-        1 ms <= t < 51 ms (NEST: one ``poisson_generator`` connected to each, weight we):
+        1 ms <= t < 51 ms (NEST: one ``poisson_generator`` connected to each, weight
+        we):
         Poisson(300 Hz * dt) events per step, drawn by inverting the CDF (six terms: the
         chance of more is below 1e-10), from a key of its own per step.  The 50 numbers
         are the same on every device; each keeps the part that falls on its neurons.
@@ -288,7 +291,8 @@ class COBAHH(bp.DynSysGroup):
 
     def update(self):
         if self.kicked is not None:  # NEST's start: an outside kick into g_e
-            self.projections[self.kicked].refs["syn"].add_current(self.kick(bp.share["i"]))
+            syn = self.projections[self.kicked].refs["syn"]
+            syn.add_current(self.kick(bp.share["i"]))
         if self.layout == "separate":
             e, i = self.everyone(self.E.spike.value), self.everyone(self.I.spike.value)
             self.E2E(e), self.E2I(e), self.I2E(i), self.I2I(i)

@@ -89,14 +89,14 @@ def bernoulli_k_max(n_pre, p):
 
 
 def replicated_any(x, replicated=None) -> bool:
-    """``bool(x.any())`` for a global array, read in any process: the reduction runs under
-    ``jit`` with a replicated output (``replicated``: its sharding, ``None`` without a
-    mesh), so every process holds the answer and nothing else is gathered."""
+    """``bool(x.any())`` for a global array, read in any process: the reduction runs
+    under ``jit`` with a replicated output (``replicated``: its sharding; ``None``
+    without a mesh), so every process holds the answer and nothing else is gathered."""
     return bool(jax.device_get(_reduce(jnp.any, x, replicated)))
 
 
 def replicated_max(x, replicated=None) -> int:
-    """``int(x.max())`` for a global array, read in any process (see ``replicated_any``)."""
+    """``int(x.max())`` for a global array, read in any process (``replicated_any``)."""
     return int(jax.device_get(_reduce(jnp.max, x, replicated)))
 
 
@@ -128,8 +128,8 @@ def _compiled(fn, key, sharding, static):
         # A generator runs once per network: on CPU, skipping LLVM's optimisations halves
         # the compile time of a small one (a large one, or a sort, runs faster optimised).
         size = sum(x.size for x in jax.tree.leaves(jax.eval_shape(lambda k: fn(k, *static), key)))
-        quick = (jax.default_backend() == "cpu" and fn in (random_state, _zeros_of, _full_of)
-                 and size < 2e6)
+        quick = (jax.default_backend() == "cpu"
+                 and fn in (random_state, _zeros_of, _full_of) and size < 2e6)
         _COMPILED[cache_key] = (lowered.compile({"xla_backend_optimization_level": 0})
                                 if quick else lowered.compile())
     return _COMPILED[cache_key]

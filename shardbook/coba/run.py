@@ -51,12 +51,13 @@ class Simulation:
         return out
 
     def _loop(self, indices):
-        bm.set_dt(getattr(self.net, "dt", DT))  # BrainPy reads its global dt while tracing
+        bm.set_dt(getattr(self.net, "dt", DT))  # BrainPy reads its global dt now
         return bm.for_loop(self.step_body, indices)
 
     def totals(self) -> dict:
         """Spikes so far per population, from the ``"count"`` record: one reduction
-        after the run (a replicated scalar, readable in every process), none per step."""
+        after the run (a replicated scalar, readable in every process), none per
+        step."""
         if not self.counts:
             raise ValueError("totals() needs record=('count', ...)")
         out = {}
@@ -125,7 +126,7 @@ ISI_EDGES_MS = np.logspace(-1, 3, 41)  # 0.1 ms to 1 s, 10 bins per decade
 
 
 def isi_histogram(spikes, dt: float = DT, edges=ISI_EDGES_MS) -> np.ndarray:
-    """Counts of inter-spike intervals in the bins ``edges`` (ms; default log-spaced)."""
+    """Counts of inter-spike intervals in the bins ``edges`` (ms; log-spaced)."""
     return np.histogram(isis_ms(spikes, dt), bins=edges)[0]
 
 
