@@ -241,9 +241,9 @@ def test_a_two_process_checkpoint_restores_in_one_process(every_graph):
 
 # -- the failures a cluster brings (chapter 5c), reproduced with bounded times -----
 def test_a_rank_that_never_starts_ends_the_others_at_the_initialization_timeout():
-    from shardbook import cluster
+    from shardbook import book
 
-    got = cluster.missing_rank(initialization_timeout=3, timeout_s=90)
+    got = book.cluster.missing_rank(initialization_timeout=3, timeout_s=90)
     assert got["returncode"] == -6                   # SIGABRT: JAX's fatal error, no
     text = "\n".join(got["stderr"])                  # Python exception to catch
     assert "DEADLINE_EXCEEDED" in text and "RegisterTask" in text
@@ -251,9 +251,9 @@ def test_a_rank_that_never_starts_ends_the_others_at_the_initialization_timeout(
 
 
 def test_a_dead_rank_ends_the_survivor_after_the_heartbeat_timeout():
-    from shardbook import cluster
+    from shardbook import book
 
-    got = cluster.dead_rank(heartbeat_timeout=4, kill_after_steps=5, timeout_s=120)
+    got = book.cluster.dead_rank(heartbeat_timeout=4, kill_after_steps=5, timeout_s=120)
     assert got["killed_returncode"] == -9 and got["survivor_steps"] == 5
     # on CPU the next Gloo collective fails at once (the peer's socket is gone) ...
     assert "Gloo" in got["survivor_error"] and got["survivor_error_s_after_kill"] < 3
@@ -265,12 +265,21 @@ def test_a_dead_rank_ends_the_survivor_after_the_heartbeat_timeout():
 
 
 def test_a_shared_compilation_cache_is_written_by_process_0_and_hit_on_rerun():
-    from shardbook import cluster
+    from shardbook import book
 
-    first, second = cluster.compilation_cache()["runs"]
+    first, second = book.cluster.compilation_cache()["runs"]
     assert all(r["returncode"] == 0 for r in first["ranks"] + second["ranks"])
     (r0, r1), (s0, s1) = first["ranks"], second["ranks"]
     assert r0["requests"] == r1["requests"] == 2
     assert r0["written"] == 2 and not r1["written"] and len(first["files"]) == 2
     assert s0["hits"] == 2 and second["files"] == first["files"]  # nothing new
     assert not s1["hits"]   # CPU: the key keeps the device assignment (see cluster.py)
+
+
+def test_float_sums_depend_on_the_order_integer_counts_do_not():
+    from shardbook import book
+
+    got = book.cluster.summation_orders()
+    assert not got["float_identical"] and got["float_targets_differing"] > 0
+    assert 0 < got["float_max_rel_diff"] < 1e-5          # the last bits only
+    assert got["counts_identical"]
