@@ -168,3 +168,18 @@ def test_rate_check_of_counts():
     assert rate == 30.0 and "inside" in verdict
     with pytest.raises(AssertionError):
         R.rate_check(300, 100, 1000.0, dict(rate=(20.0, 40.0)))
+
+
+def test_the_time_step_series_is_complete_and_read_the_same_way():
+    data = _load("coba_dt.json")
+    conv = R.dt_convergence(data["runs"])
+    assert set(conv) == {"brette", "nest"}
+    for form, got in conv.items():
+        assert set(got["table"]) == {0.1, 0.05, 0.025} and got["finest"] == 0.025
+        assert all(cell[2] >= 4 for row in got["table"].values()
+                   for cell in row.values())
+        assert all(v["diff"] == 0 for v in got["verdict"][0.025].values())
+    # a planted series that does not move with dt is "converged" everywhere
+    flat = [dict(r, stats=dict(r["stats"], rate=30.0)) for r in data["runs"]]
+    verdict = R.dt_convergence(flat)["nest"]["verdict"]
+    assert all(v["rate"]["within_2se"] for v in verdict.values())
