@@ -24,7 +24,7 @@ every delivery of ``--deliveries`` (default: ``index``, the book's default, and
 ``--sim-ms`` of model time each, compile excluded on both sides.  The spikes of each
 timed window are recorded beside its time.  Brian 2 also runs a fifth as long before
 each timed run: the difference gives its cost per simulated second without the fixed
-cost of a ``run()`` call (code generation and checks, about 3 s here).
+cost of a ``run()`` call (code generation and checks; small at these lengths).
 """
 
 from __future__ import annotations
