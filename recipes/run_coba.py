@@ -24,11 +24,15 @@ How the copies find each other (JAX 0.10.2, ``jax/_src/clusters/``):
   coordinator from ``socket.gethostname()`` and lets it listen on every interface;
   the explicit address is what keeps a one-machine run on 127.0.0.1.
 
-What comes out: process 0 prints the spike count of each population (a replicated
-reduction, cheap).  With ``--raster-dir DIR``, every process also writes the spike
-raster of ITS OWN neurons (``addressable_shards``: no communication) as
-``DIR/raster_p<process>_<pop>.npz``, with the first neuron's index; nothing is
-gathered.
+What comes out: process 0 prints the spike count of each population.  Each step
+records only a counter per neuron, on the device that owns it: the step's only
+collectives are the all-gathers of the spikes (chapter 4 warns that a population rate
+summed inside the step adds an all-reduce per step, and across nodes a second,
+latency-bound collective).  The totals are one reduction after the run.  With
+``--raster-dir DIR``, every process also writes the spike raster of ITS OWN neurons
+(``addressable_shards``: no communication) as ``DIR/raster_p<process>_<pop>.npz``, with
+the first neuron's index; nothing is gathered.  ``--graph``, ``--conn`` and
+``--start`` choose any network of chapter 4 (e.g. ``--graph rows --conn event``).
 
 Needs the book's packages on every node, at the book's own version (its tag):
     URL=git+https://github.com/sharding-brain-dynamics/book@v1.1.0
@@ -62,12 +66,27 @@ def initialize_kwargs(environ=os.environ) -> dict:
     return out  # {} : SLURM (srun) or Open MPI 4, detected from the environment
 
 
+def make_simulation(devices, scale=1., seed=0, graph="fixed", conn="index",
+                    start="rest", raster=False):
+    """The recipe's network on ``devices`` and its simulation: counters per neuron (and
+    the raster, with ``raster``), nothing reduced inside the step."""
+    from shardbook import book
+
+    net = book.coba.build(devices, scale=scale, seed=seed, graph=graph, conn=conn,
+                          start=start)
+    record = ("count", "spike") if raster else ("count",)
+    return book.coba.Simulation(net, record=record)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--scale", type=float, default=1,
                    help="network size: 3,360 E + 840 I neurons per unit")
     p.add_argument("--steps", type=int, default=1000, help="time steps of 0.1 ms")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--graph", default="fixed", help="fixed, bernoulli or rows")
+    p.add_argument("--conn", default="index", help="the delivery (rows needs event)")
+    p.add_argument("--start", default="rest", help="rest, random or kick")
     p.add_argument("--raster-dir", default=None,
                    help="write each process's own spike raster here "
                         "(a shared file system)")
@@ -80,29 +99,26 @@ def main(argv=None) -> None:
     jax.distributed.initialize(**initialize_kwargs())
     if os.environ.get("BOOK_GLOO_LOOPBACK"):
         # CPU runs on one machine: keep the Gloo collectives on 127.0.0.1 as well
-        # (no public JAX option; see shardbook/jax_private.py).
-        from shardbook import jax_private
+        # (no public JAX option; see shardbook/private.py).
+        from shardbook import book
 
-        jax_private.gloo_on_loopback("127.0.0.1")
+        book.private.gloo_on_loopback("127.0.0.1")
 
     # 2. Now the book's code, unchanged.
     import numpy as np
-
-    from shardbook import coba
 
     lead = jax.process_index() == 0
     if lead:
         print(f"{jax.process_count()} processes, {jax.device_count()} devices "
               f"({jax.local_device_count()} per process, {jax.devices()[0].platform})",
               flush=True)
-    net = coba.build(jax.devices(), scale=a.scale, seed=a.seed)
-    sim = coba.Simulation(net, record=("spike", "rate") if a.raster_dir else ("rate",))
+    sim = make_simulation(jax.devices(), a.scale, a.seed, a.graph, a.conn, a.start,
+                          raster=bool(a.raster_dir))
     out = sim.run(a.steps)
-
+    totals = sim.totals()            # one reduction after the run: replicated, readable
     for pop in ("E", "I"):
-        total = int(np.asarray(out[f"{pop}.rate"]).sum())   # replicated: readable here
         if lead:
-            print(f"{pop}: {total} spikes in {a.steps} steps", flush=True)
+            print(f"{pop}: {totals[pop]} spikes in {a.steps} steps", flush=True)
         if a.raster_dir:
             raster = out[f"{pop}.spike"]
             mine = sorted(raster.addressable_shards,

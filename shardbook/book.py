@@ -46,6 +46,7 @@ _MODULES = {
     "gputarget": "gputarget",      # compiling for a GPU without a GPU
     "multiprocess": "multiprocess",  # the jax.distributed worker and launcher
     "child": "child",              # one child-process protocol: clean env, JSON back
+    "cluster": "cluster",          # cluster failures reproduced on one machine (5c)
     "private": "private",          # every private JAX/brainstate/Orbax touch point
 }
 _NAMES = {

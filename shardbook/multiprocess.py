@@ -52,7 +52,10 @@ DEFAULTS = config("ch5a", 8).asdict()
 # (bit-packed .npy).  coba_shift_process: a process that uses seed + 1 (a planted
 # bug, for the tests).
 COBA_DEFAULTS = dict(coba_scale=1, coba_steps=0, coba_seed=0, coba_out_dir="",
-                     coba_shift_process=-1)
+                     coba_shift_process=-1, coba_nets=())
+# coba_nets: networks of any graph, delivery and start (see coba_networks_part), e.g.
+# [{"name": "rows", "build": {"scale": 0.2, "graph": "rows", "conn": "event"},
+#   "skip": 500, "window": 100, "after": 50, "checkpoint": True}]
 
 
 # ---------------------------------------------------------------------------------
@@ -123,6 +126,8 @@ def worker(process_id: int, num_processes: int, port: int, local_devices: int,
         report.update(rnn_part(cfg, num_processes, local_devices))
     if cfg["coba_steps"]:
         report.update(coba_part(cfg))
+    if cfg["coba_nets"]:
+        report["coba_nets"] = coba_networks_part(cfg)
     jax.distributed.shutdown()   # a barrier: nobody leaves while others still need it
     return report
 
@@ -236,6 +241,53 @@ def coba_part(cfg: dict) -> dict:
             path = os.path.join(cfg["coba_out_dir"], name)
             np.save(path, np.packbits(np.asarray(whole, dtype=bool), axis=-1))
     return report
+
+
+def coba_networks_part(cfg: dict) -> dict:
+    """Chapter 4's networks, any graph, delivery and start, across every process.
+
+    For each entry of ``cfg["coba_nets"]``: build it on all devices of all processes
+    (each process makes only its own devices' part of the graph), read its in-degrees
+    and connectivity fingerprint from those parts, run ``skip`` steps recording nothing,
+    then ``window`` steps recording spikes and V, which every process gathers and saves
+    as ``<name>_p<process>_{spike,V}.npy``; with ``checkpoint``, save an Orbax
+    checkpoint into ``<out_dir>/<name>_ckpt`` (every process writes its shards) and run
+    ``after`` steps more, saved as ``<name>_after_p<process>_*.npy``.
+    """
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    from . import coba
+    from .coba import checkpoint, connectivity
+
+    out_dir, me = cfg["coba_out_dir"], jax.process_index()
+    reports = {}
+
+    def save(prefix, out, net):
+        for var in ("spike", "V"):
+            whole = np.concatenate([np.asarray(multihost_utils.process_allgather(
+                out[f"{p}.{var}"], tiled=True)) for p in net.populations], axis=1)
+            np.save(os.path.join(out_dir, f"{prefix}_p{me}_{var}.npy"), whole)
+
+    for spec in cfg["coba_nets"]:
+        name = spec["name"]
+        net = coba.build(jax.devices(), **spec["build"])
+        sim = coba.Simulation(net, record=("spike", "V"))
+        if spec.get("skip"):
+            quiet = coba.Simulation(net, record=())
+            quiet.run(spec["skip"])
+            sim.t = quiet.t
+        save(name, sim.run(spec["window"]), net)
+        reports[name] = dict(
+            fingerprint=connectivity.fingerprint(net),
+            in_degree={k: dict(v) for k, v in connectivity.in_degree(net).items()},
+            devices=net.devices, t=sim.t)
+        if spec.get("checkpoint"):
+            path = os.path.join(out_dir, f"{name}_ckpt")
+            reports[name]["checkpoint_step"] = checkpoint.save(path, sim)
+            save(f"{name}_after", sim.run(spec["after"]), net)
+    return reports
 
 
 # ---------------------------------------------------------------------------------

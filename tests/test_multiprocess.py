@@ -171,3 +171,122 @@ def test_coba_shifted_seed_on_one_process_is_caught(tmp_path):
     with pytest.raises(AssertionError, match="NOT bit-identical"):
         verify.identical("test.ch5a.coba.spikes-shifted", _rasters(reports, tmp_path),
                          reference)
+
+
+# -- every graph of chapter 4 across processes, and a checkpoint between them ----------
+# 840 neurons on 2 processes x 2 devices; 50 ms (past the opening transient of the
+# randomised start), then a window of spikes and V compared with one process of 4
+# devices, a checkpoint, and 3 ms more.  "rows" is drawn per device block: 4 devices.
+GRAPHS = [dict(name="bernoulli", build=dict(sizes=[672, 168], graph="bernoulli",
+                                            start="random"),
+               skip=500, window=50, after=30, checkpoint=True),
+          dict(name="rows", build=dict(scale=0.2, graph="rows", conn="event",
+                                       start="random"),
+               skip=500, window=50, after=30, checkpoint=True)]
+
+
+@pytest.fixture(scope="module")
+def every_graph(tmp_path_factory):
+    out = tmp_path_factory.mktemp("graphs")
+    reports = mp.launch(num_processes=2, devices_per_process=2, timeout_s=900, steps=0,
+                        coba_nets=GRAPHS, coba_out_dir=str(out))
+    return reports, out
+
+
+def _saved(out, prefix, process):
+    return {var: np.load(out / f"{prefix}_p{process}_{var}.npy")
+            for var in ("spike", "V")}
+
+
+def _both(out, net):
+    return {var: np.concatenate([np.asarray(out[f"{p}.{var}"])
+                                 for p in net.populations], axis=1)
+            for var in ("spike", "V")}
+
+
+@pytest.mark.parametrize("spec", GRAPHS, ids=[g["name"] for g in GRAPHS])
+def test_every_graph_across_two_processes_equals_one_process(every_graph, spec):
+    from shardbook import book
+
+    reports, out = every_graph
+    net = book.coba.build(book.devices()[:4], **spec["build"])
+    book.coba.Simulation(net, record=()).run(spec["skip"])
+    sim = book.coba.Simulation(net, record=("spike", "V"))
+    sim.t = spec["skip"]
+    ref = _both(sim.run(spec["window"]), net)
+    assert spec["skip"] * book.coba.DT >= 50 and ref["spike"].sum() > 50
+    name = spec["name"]
+    for r in reports:
+        verify.identical(f"test.ch5a.coba.{name}",
+                         _saved(out, name, r["process_index"]), ref,
+                         what=f"{name}: 2 processes x 2 devices vs 1 x 4, spikes and V")
+        here = r["coba_nets"][name]
+        assert here["fingerprint"] == book.coba.fingerprint(net)   # read from each part
+        assert here["in_degree"] == {k: dict(v) for k, v in
+                                     book.coba.in_degree(net).items()}
+
+
+def test_a_two_process_checkpoint_restores_in_one_process(every_graph):
+    from shardbook import book
+
+    ck = book.coba.checkpoint
+    reports, out = every_graph
+    for spec in GRAPHS:
+        name = spec["name"]
+        path = out / f"{name}_ckpt"
+        meta = ck.read(path)
+        assert meta["processes"] == 2 and meta["step"] == spec["skip"] + spec["window"]
+        after = _saved(out, f"{name}_after", 0)
+        for k in ((2,) if name == "bernoulli" else (4,)):   # 1: test_coba_checkpoint
+            sim = ck.restore(path, book.devices()[:k], record=("spike", "V"))
+            verify.identical(f"test.ch5b.coba.{name}-{k}", _both(sim.run(spec["after"]),
+                                                                sim.net), after,
+                             what=f"{name}: saved by 2 processes, restored on 1 x {k}")
+    with pytest.raises(book.coba.checkpoint.CheckpointMismatch, match="device count"):
+        ck.restore(out / "rows_ckpt", book.devices()[:2])
+
+
+# -- the failures a cluster brings (chapter 5c), reproduced with bounded times -----
+def test_a_rank_that_never_starts_ends_the_others_at_the_initialization_timeout():
+    from shardbook import book
+
+    got = book.cluster.missing_rank(initialization_timeout=3, timeout_s=90)
+    assert got["returncode"] == -6                   # SIGABRT: JAX's fatal error, no
+    text = "\n".join(got["stderr"])                  # Python exception to catch
+    assert "DEADLINE_EXCEEDED" in text and "RegisterTask" in text
+    assert 3 <= got["seconds"] < 60
+
+
+def test_a_dead_rank_ends_the_survivor_after_the_heartbeat_timeout():
+    from shardbook import book
+
+    got = book.cluster.dead_rank(heartbeat_timeout=4, kill_after_steps=5, timeout_s=120)
+    assert got["killed_returncode"] == -9 and got["survivor_steps"] == 5
+    # on CPU the next Gloo collective fails at once (the peer's socket is gone) ...
+    assert "Gloo" in got["survivor_error"] and got["survivor_error_s_after_kill"] < 3
+    # ... and the process ends only when the coordination service misses the
+    # heartbeats, in the shutdown barrier: SIGABRT, never a clean exit
+    assert got["survivor_returncode"] == -6 and not got["survivor_finished"]
+    assert "heartbeat timeout" in "\n".join(got["survivor_stderr"])
+    assert got["survivor_ended_s_after_kill"] < 4 + 30
+
+
+def test_a_shared_compilation_cache_is_written_by_process_0_and_hit_on_rerun():
+    from shardbook import book
+
+    first, second = book.cluster.compilation_cache()["runs"]
+    assert all(r["returncode"] == 0 for r in first["ranks"] + second["ranks"])
+    (r0, r1), (s0, s1) = first["ranks"], second["ranks"]
+    assert r0["requests"] == r1["requests"] == 2
+    assert r0["written"] == 2 and not r1["written"] and len(first["files"]) == 2
+    assert s0["hits"] == 2 and second["files"] == first["files"]  # nothing new
+    assert not s1["hits"]   # CPU: the key keeps the device assignment (see cluster.py)
+
+
+def test_float_sums_depend_on_the_order_integer_counts_do_not():
+    from shardbook import book
+
+    got = book.cluster.summation_orders()
+    assert not got["float_identical"] and got["float_targets_differing"] > 0
+    assert 0 < got["float_max_rel_diff"] < 1e-5          # the last bits only
+    assert got["counts_identical"]

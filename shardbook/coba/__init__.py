@@ -11,7 +11,10 @@ The package is split along the chapter's lines; imports point one way, down this
   randomness   random numbers made where they live (``sharded_random``, the graphs)
   events       event-driven connectivity: a CSR per device, delivered under shard_map
   network      the neuron ``HH``, ``FixedInDegree``, the network ``COBAHH``, ``build``
+  connectivity what a graph is, read on each device: in-degrees, a fingerprint
   run          ``Simulation`` and activity statistics (rate, CV, Fano factor)
+  regimes      the published forms, their regimes, bounds with stated coverage
+  checkpoint   save and restore a simulation that names its network (Orbax)
   ledger       the memory model, predicted and measured
   sweep        one size's measurement and the scaling data file of ``ci/coba_sweep.py``
   plots        plots of those measurements
@@ -24,16 +27,18 @@ import inspect
 
 from .parameters import *  # noqa: F401,F403
 from .parameters import (DT, GE0_MEAN, GE0_SD, GI0_MEAN, GI0_SD, GRAPHS, K_EXC, K_INH,
+                         KICK_FROM, KICK_NEURONS, KICK_RATE, KICK_TO,
                          N_EXC_UNIT, N_INH_UNIT, NEURON, P_CONN, V0_MEAN, V0_SD,
-                         REPRESENTATIONS, STARTS, V_th, VT, sizes)
+                         REPRESENTATIONS, STARTS, V_th, VT, nest_initial_gates, sizes)
 from .randomness import (_compiled, _partitionable, _zeros, _zeros_of, bernoulli_k_max,
                          bernoulli_sources, random_state, random_state_axes, sharded_random,
                          zeros_variable)
 from .events import (CHUNK_FRACTION, EventCSR, chunk_size, deliver, local_csr, random_rows,
                      rows_capacity)
 from .network import COBAHH, HH, FixedInDegree, _count_sources, _csr_conn, build
-from .run import (Simulation, cv_isi, fano_factor, isis_ms, population_rate, rate_hz,
-                  regime)
+from .connectivity import fingerprint, in_degree
+from .run import (ISI_EDGES_MS, Simulation, cv_isi, fano_factor, isi_histogram, isis_ms,
+                  population_rate, rate_hz, regime)
 from .ledger import (event_bytes, model_bytes, INDEX_BYTES_PER_SYNAPSE, SPIKE_BYTES_PER_NEURON, STATE_BYTES_PER_NEURON,
                      SYNAPSES_PER_NEURON, _leaf, comm_output, compiled_stats, conn_bytes_total,
                      fit_bytes_per_device, measured_bytes, net_arrays, predict)
@@ -41,9 +46,11 @@ from .sweep import (DATA_FILE, REGIME_SCHEMA, SCHEMA, VARIANTS, device_memory, l
                     measure_regime, measure_size,
                     provenance, validate_scaling)
 from .plots import plot_scaling
-from . import events, ledger, network, parameters, plots, randomness, run, sweep
+from . import (checkpoint, connectivity, events, ledger, network, parameters, plots,
+               randomness, regimes, run, sweep)
 
-MODULES = (parameters, randomness, events, network, run, ledger, sweep, plots)
+MODULES = (parameters, randomness, events, network, connectivity, run, regimes,
+           checkpoint, ledger, sweep, plots)
 
 
 def source_section(title: str) -> str:

@@ -133,9 +133,13 @@ class EventCSR(bp.dnn.Layer):
                                   out_specs=(P(NEURON), P(NEURON)), check_vma=False)
         indptr, indices = jax.jit(build)(*args)
         if sources is None:  # the room for a random number of synapses must have sufficed
-            ends = np.asarray(indptr).reshape(self.devices, -1)[:, -1]
-            if ends.max() > cap:
-                raise RuntimeError(f"a block drew {ends.max()} synapses, room for {cap}")
+            # a replicated max over the blocks' ends: readable in every process
+            replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, P())
+            most = int(jax.device_get(jax.jit(
+                lambda p: p.reshape(self.devices, -1)[:, -1].max(),
+                out_shardings=replicated)(indptr)))
+            if most > cap:
+                raise RuntimeError(f"a block drew {most} synapses, room for {cap}")
         self.indptr = bm.Variable(indptr)    # int32[devices * (n_pre + 1)]: does not shrink
         self.indices = bm.Variable(indices)  # int32[k * n_post]: 1/devices on each device
         self.shape = (n_pre, n_post)

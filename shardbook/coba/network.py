@@ -15,11 +15,13 @@ import brainpy as bp
 import brainpy.math as bm
 
 from .events import EventCSR
-from .parameters import (DT, GRAPHS, K_EXC, K_INH, NEURON, P_CONN, REPRESENTATIONS, STARTS,
-                         Cm, EK, El, ENa, Ee, Ei, V_th, VT, g_Kd, g_Na, gl, sizes, taue,
-                         taui, we, wi)
+from .parameters import (DT, GRAPHS, K_EXC, K_INH, KICK_FROM, KICK_NEURONS,
+                         KICK_RATE, KICK_TO, NEURON, P_CONN, REPRESENTATIONS, STARTS,
+                         Cm, EK, El, ENa, Ee, Ei, V_th, VT, g_Kd, g_Na, gl,
+                         nest_initial_gates, sizes, taue, taui, we, wi)
 from .randomness import (bernoulli_k_max, bernoulli_sources, random_state,
-                         random_state_axes, sharded_random, zeros_variable as _zeros)
+                         random_state_axes, replicated_any, sharded_random,
+                         zeros_variable as _zeros, _full_of)
 
 
 # ----------------------------------------------------------------------- the neuron
@@ -103,8 +105,9 @@ class FixedInDegree(bp.dnn.Layer):
             self.op = bp.dnn.EventJitFPHomoLinear(n_pre, n_post, prob=k / n_pre,
                                                   weight=weight, seed=seed)
             return
-        if kind == "csr":
-            self.op = bp.dnn.EventCSRLinear(_csr_conn(np.asarray(sources), n_pre, n_post), weight)
+        if kind == "csr":  # BrainPy's layer needs the whole graph, concrete: gather it
+            whole = _gather(sources)
+            self.op = bp.dnn.EventCSRLinear(_csr_conn(whole, n_pre, n_post), weight)
             return
         if kind == "event":
             split = bm.sharding.get_sharding([NEURON])
@@ -130,6 +133,16 @@ class FixedInDegree(bp.dnn.Layer):
             count = jnp.sum(jnp.where(spikes[:, None], conn, jnp.uint8(0)), axis=0,
                             dtype=jnp.float32)
         return count * self.weight  # an integer count times the weight: exact
+
+
+def _gather(x) -> np.ndarray:
+    """The whole of a global array in this process: a copy where it is all here, an
+    explicit all-gather across processes where it is not (every process calls it)."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def _count_sources(sources, n_pre):  # column j of the result: how often each source feeds j
@@ -159,15 +172,26 @@ class COBAHH(bp.DynSysGroup):
         ``"rows"`` (Bernoulli-like with mean in-degree ``k``, drawn by presynaptic row in
         each device's block, straight into ``conn="event"``: no sort, seeded per block, so
         the graph depends on the device count);
-      * ``start``: ``"rest"`` (conductances zero) or ``"random"`` (the benchmark's start);
+      * ``start``: ``"rest"`` (V random, conductances zero: the book's variant),
+        ``"random"`` (V and conductances random: Brian 2's ``COBAHH`` example) or
+        ``"kick"`` (NEST's ``hh_coba``: every neuron at E_L, and a 300 Hz Poisson kick
+        onto the first 50 E neurons from 1 to 51 ms);
       * ``layout="sliced"``: the trap variant, one population sliced into E and I;
-      * ``sizes``: (n_exc, n_inh) instead of ``scale``, e.g. the benchmark's (3200, 800).
+      * ``sizes``: (n_exc, n_inh) instead of ``scale``, e.g. the benchmark's
+        (3200, 800);
+      * ``dt``: the time step in ms (``Simulation`` compiles with it).
+
+    ``config`` holds every constructor argument (what :func:`build` needs to make the
+    same network again) and ``devices``, the mesh's size.
     """
 
     def __init__(self, scale=1, conn="index", as_variable=True, layout="separate", seed=0,
-                 graph="fixed", start="rest", k=(K_EXC, K_INH), sizes=None):
+                 graph="fixed", start="rest", k=(K_EXC, K_INH), sizes=None, dt=DT):
+        config = _config(dict(locals()))  # every argument, before anything else
         super().__init__()
-        bm.set_dt(DT)
+        self.config = config
+        self.dt = float(dt)
+        bm.set_dt(self.dt)
         if graph not in GRAPHS or start not in STARTS:
             raise ValueError(f"graph must be one of {GRAPHS} and start one of {STARTS}")
         self.n_exc, self.n_inh = sizes if sizes is not None else _sizes(scale)
@@ -177,6 +201,8 @@ class COBAHH(bp.DynSysGroup):
         self.mesh = None if split is None else split.mesh
         self.replicated = (None if split is None else
                            jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
+        self.split = split
+        self.devices = 1 if self.mesh is None else int(self.mesh.shape[NEURON])
         k_exc, k_inh = k
         if layout == "separate":
             pops = (("E", self.n_exc), ("I", self.n_inh))
@@ -200,7 +226,8 @@ class COBAHH(bp.DynSysGroup):
                 k_max = bernoulli_k_max(n_pre, P_CONN)
                 init[name] = sharded_random(bernoulli_sources, jax.random.fold_in(key, i),
                                             [None, NEURON], n_pre, n_post, P_CONN, k_max)
-                if (np.asarray(init[name][-1]) < n_pre).any():  # a column may have overflowed
+                # a column may have overflowed (a replicated reduction: any process)
+                if replicated_any(init[name][-1] < n_pre, self.replicated):
                     raise RuntimeError(f"{name}: an in-degree reached {k_max}; raise k_max")
 
         for name, _ in pops:
@@ -219,6 +246,42 @@ class COBAHH(bp.DynSysGroup):
             if start == "random":
                 g = getattr(self, name).syn.g
                 g.value = init[f"{post}.g{pre.lower()}"]
+        if start == "kick":
+            self._nest_start(key)
+        # E -> E: its synapse holds g_e of the E neurons, which NEST's kick raises
+        self.kicked = plan[0][0] if start == "kick" else None
+
+    def _nest_start(self, key):
+        """NEST's start: every neuron at E_L with NEST's initial gates, no g."""
+        for pop in self.populations.values():
+            for var, value in zip(("V", "m", "h", "n"), (El, *nest_initial_gates())):
+                getattr(pop, var).value = sharded_random(_full_of, key, [NEURON],
+                                                         pop.num, float(value))
+        self.kick_key = jax.random.fold_in(key, 300)
+
+    def kick(self, i):
+        """Step ``i``'s g_e jumps of NEST's Poisson kick, for every target neuron.
+
+        Each of the first 50 E neurons receives its own Poisson train of 300 Hz while
+        1 ms <= t < 51 ms (NEST: one ``poisson_generator`` connected to each, weight
+        we):
+        Poisson(300 Hz * dt) events per step, drawn by inverting the CDF (six terms: the
+        chance of more is below 1e-10), from a key of its own per step.  The 50 numbers
+        are the same on every device; each keeps the part that falls on its neurons.
+        """
+        lam = KICK_RATE * self.dt * 1e-3
+        cdf = np.cumsum([np.exp(-lam) * lam ** j / np.prod(np.arange(1, j + 1))
+                         for j in range(6)])
+        u = jax.random.uniform(jax.random.fold_in(self.kick_key, i), (KICK_NEURONS,))
+        events = jnp.sum(u[:, None] > jnp.asarray(cdf, jnp.float32)[None, :], axis=1)
+        first, stop = (int(np.ceil(t / self.dt - 1e-6)) for t in (KICK_FROM, KICK_TO))
+        on = jnp.logical_and(i >= first, i < stop)
+        jumps = jnp.where(on, events, 0).astype(jnp.float32) * we
+        target = self.projections[self.kicked].refs["syn"].g
+        full = jnp.pad(jumps, (0, target.shape[0] - KICK_NEURONS))
+        if self.split is not None:
+            full = jax.lax.with_sharding_constraint(full, self.split)
+        return full
 
     def everyone(self, spikes):
         """Every device needs every presynaptic spike: one all-gather per population."""
@@ -227,6 +290,9 @@ class COBAHH(bp.DynSysGroup):
         return jax.lax.with_sharding_constraint(spikes, self.replicated)
 
     def update(self):
+        if self.kicked is not None:  # NEST's start: an outside kick into g_e
+            syn = self.projections[self.kicked].refs["syn"]
+            syn.add_current(self.kick(bp.share["i"]))
         if self.layout == "separate":
             e, i = self.everyone(self.E.spike.value), self.everyone(self.I.spike.value)
             self.E2E(e), self.E2I(e), self.I2E(i), self.I2I(i)
@@ -248,6 +314,13 @@ class COBAHH(bp.DynSysGroup):
 
 
 _sizes = sizes
+
+
+def _config(args: dict) -> dict:
+    """The constructor's arguments as JSON-able values (tuples become lists)."""
+    args.pop("self", None)
+    args.pop("__class__", None)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in args.items()}
 
 
 def build(devices=None, **kwargs) -> COBAHH:

@@ -29,9 +29,32 @@ V0_MEAN, V0_SD = El - 5., 5.
 GE0_MEAN, GE0_SD = 40., 15.
 GI0_MEAN, GI0_SD = 200., 120.
 
+# NEST's start (pynest/examples/brette_et_al_2007/hh_coba.py): every neuron at E_L with
+# hh_cond_exp_traub's initial gates, no conductance, and a Poisson kick of 300 Hz onto
+# the first 50 E neurons from 1 to 51 ms, each event a jump of we in g_e.
+KICK_NEURONS, KICK_RATE = 50, 300.            # neurons, Hz
+KICK_FROM, KICK_TO = 1., 51.                  # ms
+
 REPRESENTATIONS = ("index", "mask", "csr", "jit", "event")
 GRAPHS = ("fixed", "bernoulli", "rows")  # fixed in-degree, Bernoulli, or drawn by row
-STARTS = ("rest", "random")  # conductances at zero, or the benchmark's randomised start
+# conductances at zero, the benchmark's randomised start (Brian 2), or NEST's kick
+STARTS = ("rest", "random", "kick")
+
+
+def nest_initial_gates() -> tuple[float, float, float]:
+    """(m, h, n) as NEST's ``hh_cond_exp_traub`` starts them (``models/hh_cond_exp_traub
+    .cpp``, ``State_``): the rate functions' equilibrium with E_L as their argument
+    (NEST evaluates them at -60 mV, without the V_T shift): m and n near 0, h near 1."""
+    import math
+
+    v = El
+    a_n = 0.032 * (15. - v) / (math.exp((15. - v) / 5.) - 1.)
+    b_n = 0.5 * math.exp((10. - v) / 40.)
+    a_m = 0.32 * (13. - v) / (math.exp((13. - v) / 4.) - 1.)
+    b_m = 0.28 * (v - 40.) / (math.exp((v - 40.) / 5.) - 1.)
+    a_h = 0.128 * math.exp((17. - v) / 18.)
+    b_h = 4. / (1. + math.exp((40. - v) / 5.))
+    return a_m / (a_m + b_m), a_h / (a_h + b_h), a_n / (a_n + b_n)
 
 
 def sizes(scale: float = 1) -> tuple[int, int]:

@@ -88,6 +88,22 @@ def bernoulli_k_max(n_pre, p):
     return int(np.ceil(mean + 8 * np.sqrt(mean * (1 - p)))) + 1
 
 
+def replicated_any(x, replicated=None) -> bool:
+    """``bool(x.any())`` for a global array, read in any process: the reduction runs
+    under ``jit`` with a replicated output (``replicated``: its sharding; ``None``
+    without a mesh), so every process holds the answer and nothing else is gathered."""
+    return bool(jax.device_get(_reduce(jnp.any, x, replicated)))
+
+
+def replicated_max(x, replicated=None) -> int:
+    """``int(x.max())`` for a global array, read in any process (``replicated_any``)."""
+    return int(jax.device_get(_reduce(jnp.max, x, replicated)))
+
+
+def _reduce(fn, x, replicated):
+    return jax.jit(fn, out_shardings=replicated)(x)
+
+
 def zeros_variable(n, dtype=jnp.float32):
     """A Variable of ``n`` zeros, made split along ``neuron``."""
     return bm.Variable(sharded_random(_zeros_of, jax.random.PRNGKey(0), [NEURON], n,
@@ -112,7 +128,8 @@ def _compiled(fn, key, sharding, static):
         # A generator runs once per network: on CPU, skipping LLVM's optimisations halves
         # the compile time of a small one (a large one, or a sort, runs faster optimised).
         size = sum(x.size for x in jax.tree.leaves(jax.eval_shape(lambda k: fn(k, *static), key)))
-        quick = jax.default_backend() == "cpu" and fn in (random_state, _zeros_of) and size < 2e6
+        quick = (jax.default_backend() == "cpu"
+                 and fn in (random_state, _zeros_of, _full_of) and size < 2e6)
         _COMPILED[cache_key] = (lowered.compile({"xla_backend_optimization_level": 0})
                                 if quick else lowered.compile())
     return _COMPILED[cache_key]
@@ -125,3 +142,7 @@ def _partitionable():
 
 def _zeros_of(key, n, dtype):
     return jnp.zeros((n,), dtype)
+
+
+def _full_of(key, n, value):
+    return jnp.full((n,), value, jnp.float32)

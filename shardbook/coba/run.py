@@ -51,7 +51,22 @@ class Simulation:
         return out
 
     def _loop(self, indices):
+        bm.set_dt(getattr(self.net, "dt", DT))  # BrainPy reads its global dt now
         return bm.for_loop(self.step_body, indices)
+
+    def totals(self) -> dict:
+        """Spikes so far per population, from the ``"count"`` record: one reduction
+        after the run (a replicated scalar, readable in every process), none per
+        step."""
+        if not self.counts:
+            raise ValueError("totals() needs record=('count', ...)")
+        out = {}
+        for name, c in self.counts.items():
+            replicated = getattr(self.net, "replicated", None)
+            total = jax.jit(lambda x: jnp.sum(x, dtype=jnp.int32),
+                            out_shardings=replicated)(c.value)
+            out[name] = int(jax.device_get(total))
+        return out
 
     def compile(self, steps: int):
         """Lower and compile a ``steps``-long chunk (once per length); returns the compiled program."""
@@ -79,10 +94,10 @@ class Simulation:
 
 
 
-def rate_hz(spikes) -> float:
-    """Mean firing rate in Hz of a ``[T, n]`` boolean raster sampled every ``DT`` ms."""
+def rate_hz(spikes, dt: float = DT) -> float:
+    """Mean firing rate in Hz of a ``[T, n]`` boolean raster sampled every ``dt`` ms."""
     s = np.asarray(spikes)
-    return float(s.sum() / s.shape[1] / (s.shape[0] * DT * 1e-3))
+    return float(s.sum() / s.shape[1] / (s.shape[0] * dt * 1e-3))
 
 
 def cv_isi(spikes, min_spikes: int = 3) -> float:
@@ -100,35 +115,46 @@ def _cvs(spikes, min_spikes=3):
     return cvs
 
 
-def isis_ms(spikes) -> np.ndarray:
+def isis_ms(spikes, dt: float = DT) -> np.ndarray:
     """Every inter-spike interval of every neuron, in ms."""
-    return np.concatenate([np.diff(np.flatnonzero(col)) * DT for col in np.asarray(spikes).T])
+    neuron, step = np.nonzero(np.asarray(spikes).T)  # sorted by neuron, then by time
+    same = neuron[1:] == neuron[:-1]
+    return np.diff(step)[same] * float(dt)
 
 
-def population_rate(spikes, bin_ms: float = 1.0) -> np.ndarray:
+ISI_EDGES_MS = np.logspace(-1, 3, 41)  # 0.1 ms to 1 s, 10 bins per decade
+
+
+def isi_histogram(spikes, dt: float = DT, edges=ISI_EDGES_MS) -> np.ndarray:
+    """Counts of inter-spike intervals in the bins ``edges`` (ms; log-spaced)."""
+    return np.histogram(isis_ms(spikes, dt), bins=edges)[0]
+
+
+def population_rate(spikes, bin_ms: float = 1.0, dt: float = DT) -> np.ndarray:
     """Population rate in Hz, in bins of ``bin_ms``."""
     s = np.asarray(spikes)
-    per_bin = max(1, int(round(bin_ms / DT)))
+    per_bin = max(1, int(round(bin_ms / dt)))
     t = s.shape[0] // per_bin * per_bin
-    return s[:t].reshape(-1, per_bin, s.shape[1]).mean(axis=(1, 2)) / (DT * 1e-3)
+    return s[:t].reshape(-1, per_bin, s.shape[1]).mean(axis=(1, 2)) / (dt * 1e-3)
 
 
-def fano_factor(spikes, bin_ms: float = 5.0) -> float:
+def fano_factor(spikes, bin_ms: float = 5.0, dt: float = DT) -> float:
     """Variance over mean of the population's spike count in bins of ``bin_ms``.
 
     Independent Poisson neurons give 1 whatever their number; synchronous volleys give
     far more (each volley adds the square of its size to the variance).
     """
     s = np.asarray(spikes)
-    per_bin = max(1, int(round(bin_ms / DT)))
+    per_bin = max(1, int(round(bin_ms / dt)))
     t = s.shape[0] // per_bin * per_bin
     counts = s[:t].reshape(-1, per_bin, s.shape[1]).sum(axis=(1, 2)).astype(np.float64)
     return float(counts.var() / counts.mean()) if counts.mean() > 0 else float("nan")
 
 
-def regime(spikes, bin_ms: float = 5.0) -> dict:
+def regime(spikes, bin_ms: float = 5.0, dt: float = DT) -> dict:
     """Rate (Hz), mean CV of ISIs, Fano factor of the population count, and the fraction of
     ISIs under 10 ms, of a ``[T, n]`` raster (cut the transient off first)."""
-    isi = isis_ms(spikes)
-    return dict(rate=rate_hz(spikes), cv=cv_isi(spikes), fano=fano_factor(spikes, bin_ms),
+    isi = isis_ms(spikes, dt)
+    return dict(rate=rate_hz(spikes, dt), cv=cv_isi(spikes),
+                fano=fano_factor(spikes, bin_ms, dt),
                 short_isi=float((isi < 10.).mean()) if isi.size else float("nan"))

@@ -1,0 +1,221 @@
+#!/usr/bin/env python
+"""COBA-HH in Brian 2: the reference simulator's side of ci/coba_reference.py.
+
+Runs in the Brian 2 virtual environment (ci/requirements-brian2.txt), never in the
+book's: it imports neither JAX nor shardbook.  The model is Brian 2's own
+``examples/COBAHH.py`` (the same at tags 2.9.0 and 2.10.1): its equations, parameters,
+threshold (v > -20 mV), refractoriness (3 ms) and exponential Euler, in float64, with
+the cython code generator.  What changes between runs comes in a JSON spec:
+
+* ``graph``: ``"bernoulli"`` (``connect(p=...)``, the example's), ``"fixed"`` (NEST's
+  ``fixed_indegree``, drawn with numpy: ``k`` sources per neuron, with replacement) or
+  ``"file"`` (the book's own graph: source and target arrays in ``export``);
+* ``start``: ``"random"`` (the example's), ``"kick"`` (NEST's hh_coba: V = E_L, NEST's
+  initial gates, a 300 Hz Poisson kick onto 50 E neurons from 1 to 51 ms) or ``"file"``
+  (the book's initial V, g_e, g_i and kick events, from ``export``).
+
+    python ci/brian2_coba.py run SPEC.json OUT.npz      # spikes (neuron, step) to OUT
+    python ci/brian2_coba.py serve SPEC.json       # timing: lines "run MS" on stdin
+
+``serve`` builds the network, runs 10 ms (compiling into Brian's cython cache), prints
+``READY``, then answers every ``run MS`` line with one JSON line: the wall seconds of
+``run(MS * ms)`` and the spikes in it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+EQS = """
+dv/dt = (gl*(El-v)+ge*(Ee-v)+gi*(Ei-v)-
+         g_na*(m*m*m)*h*(v-ENa)-
+         g_kd*(n*n*n*n)*(v-EK))/Cm : volt
+dm/dt = alpha_m*(1-m)-beta_m*m : 1
+dn/dt = alpha_n*(1-n)-beta_n*n : 1
+dh/dt = alpha_h*(1-h)-beta_h*h : 1
+dge/dt = -ge*(1./taue) : siemens
+dgi/dt = -gi*(1./taui) : siemens
+alpha_m = 0.32*(mV**-1)*4*mV/exprel((13*mV-v+VT)/(4*mV))/ms : Hz
+beta_m = 0.28*(mV**-1)*5*mV/exprel((v-VT-40*mV)/(5*mV))/ms : Hz
+alpha_h = 0.128*exp((17*mV-v+VT)/(18*mV))/ms : Hz
+beta_h = 4./(1+exp((40*mV-v+VT)/(5*mV)))/ms : Hz
+alpha_n = 0.032*(mV**-1)*5*mV/exprel((15*mV-v+VT)/(5*mV))/ms : Hz
+beta_n = .5*exp((10*mV-v+VT)/(40*mV))/ms : Hz
+"""
+
+
+def nest_gates():
+    """NEST's hh_cond_exp_traub initial (m, h, n): its rates' equilibrium at E_L."""
+    v = -60.0
+    a_n = 0.032 * (15.0 - v) / (math.exp((15.0 - v) / 5.0) - 1.0)
+    b_n = 0.5 * math.exp((10.0 - v) / 40.0)
+    a_m = 0.32 * (13.0 - v) / (math.exp((13.0 - v) / 4.0) - 1.0)
+    b_m = 0.28 * (v - 40.0) / (math.exp((v - 40.0) / 5.0) - 1.0)
+    a_h = 0.128 * math.exp((17.0 - v) / 18.0)
+    b_h = 4.0 / (1.0 + math.exp((40.0 - v) / 5.0))
+    return a_m / (a_m + b_m), a_h / (a_h + b_h), a_n / (a_n + b_n)
+
+
+def build(spec):
+    """The network of ``spec``; returns (Network, SpikeMonitor, neurons)."""
+    import brian2 as b2
+    from brian2 import mV, ms, nS, siemens, cm, msiemens, ufarad, umetre
+
+    b2.prefs.codegen.target = spec.get("target", "cython")
+    b2.defaultclock.dt = spec.get("dt", 0.1) * ms
+    b2.seed(spec["seed"])
+    rng = np.random.default_rng(spec["seed"])
+    area = 20000 * umetre**2
+    ns = dict(
+        Cm=(1 * ufarad * cm**-2) * area,
+        gl=(5e-5 * siemens * cm**-2) * area,
+        El=-60 * mV,
+        EK=-90 * mV,
+        ENa=50 * mV,
+        g_na=(100 * msiemens * cm**-2) * area,
+        g_kd=(30 * msiemens * cm**-2) * area,
+        VT=-63 * mV,
+        taue=5 * ms,
+        taui=10 * ms,
+        Ee=0 * mV,
+        Ei=-80 * mV,
+        we=6 * nS,
+        wi=67 * nS,
+    )
+    n_exc, n_inh = spec["n_exc"], spec["n_inh"]
+    n = n_exc + n_inh
+    P = b2.NeuronGroup(
+        n,
+        model=b2.Equations(EQS),
+        threshold="v>-20*mV",
+        refractory=spec.get("refractory_ms", 3.0) * ms,
+        method="exponential_euler",
+        namespace=ns,
+    )
+    Pe, Pi = P[:n_exc], P[n_exc:]
+    Ce = b2.Synapses(Pe, P, on_pre="ge+=we", namespace=ns)
+    Ci = b2.Synapses(Pi, P, on_pre="gi+=wi", namespace=ns)
+    export = np.load(spec["export"]) if spec.get("export") else None
+    graph, k = spec["graph"], spec.get("k", (64, 16))
+    if graph == "bernoulli":
+        Ce.connect(p=spec.get("p", 0.02))
+        Ci.connect(p=spec.get("p", 0.02))
+    elif graph == "fixed":  # k sources per target, uniform, with replacement
+        for syn, n_pre, kk in ((Ce, n_exc, k[0]), (Ci, n_inh, k[1])):
+            syn.connect(
+                i=rng.integers(0, n_pre, size=kk * n), j=np.repeat(np.arange(n), kk)
+            )
+    elif graph == "file":
+        Ce.connect(i=export["exc_pre"], j=export["exc_post"])
+        Ci.connect(i=export["inh_pre"], j=export["inh_post"])
+    else:
+        raise ValueError(f"graph {graph!r}")
+    objects = [P, Ce, Ci]
+    start = spec["start"]
+    if start == "random":
+        P.v = "El + (randn() * 5 - 5)*mV"
+        P.ge = "(randn() * 1.5 + 4) * 10.*nS"
+        P.gi = "(randn() * 12 + 20) * 10.*nS"
+    elif start == "kick":
+        m0, h0, n0 = nest_gates()
+        P.v, P.m, P.h, P.n = -60 * mV, m0, h0, n0
+        kick = b2.PoissonGroup(50, rates="300*Hz*int(t >= 1*ms)*int(t < 51*ms)")
+        K = b2.Synapses(kick, P, on_pre="ge+=we", namespace=ns)
+        K.connect(j="i")
+        objects += [kick, K]
+    elif start == "file":
+        P.v = export["V"] * mV
+        P.ge, P.gi = export["ge"] * nS, export["gi"] * nS
+        if "m" in export:
+            P.m, P.h, P.n = export["m"], export["h"], export["n"]
+        if "kick_neuron" in export and len(export["kick_neuron"]):
+            # one generator per (neuron, event of a step): NEST's multiplicity
+            ids, steps = export["kick_neuron"], export["kick_step"]
+            slot = np.zeros(len(ids), int)
+            seen = {}
+            for q, key in enumerate(zip(ids.tolist(), steps.tolist())):
+                slot[q] = seen.get(key, 0)
+                seen[key] = slot[q] + 1
+            width = int(slot.max()) + 1
+            gen = b2.SpikeGeneratorGroup(
+                50 * width, ids * width + slot, (steps - 1) * spec.get("dt", 0.1) * ms
+            )
+            K = b2.Synapses(gen, P, on_pre="ge+=we", namespace=ns)
+            K.connect(i=np.arange(50 * width), j=np.arange(50 * width) // width)
+            objects += [gen, K]
+    else:
+        raise ValueError(f"start {start!r}")
+    mon = b2.SpikeMonitor(P, record=spec.get("record", True))
+    net = b2.Network(*objects, mon)
+    return net, mon, n
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    mode, spec = argv[0], json.loads(open(argv[1]).read())
+    import brian2 as b2
+
+    b2.BrianLogger.log_level_error()
+    t0 = time.perf_counter()
+    net, mon, n = build(spec)
+    build_s = time.perf_counter() - t0
+    if mode == "run":
+        t0 = time.perf_counter()
+        net.run(spec["duration_ms"] * b2.ms)
+        run_s = time.perf_counter() - t0
+        dt = spec.get("dt", 0.1)
+        steps = np.rint(np.asarray(mon.t / b2.ms) / dt).astype(np.int32)
+        np.savez_compressed(
+            argv[2], neuron=np.asarray(mon.i, np.int32), step=steps, neurons=n, dt=dt
+        )
+        print(
+            json.dumps(
+                dict(
+                    build_s=build_s,
+                    run_s=run_s,
+                    spikes=int(mon.num_spikes),
+                    brian2=b2.__version__,
+                    numpy=np.__version__,
+                )
+            ),
+            flush=True,
+        )
+        return 0
+    if mode == "serve":
+        t0 = time.perf_counter()
+        net.run(10 * b2.ms)  # compiles, or loads from the cython cache
+        print(
+            "READY "
+            + json.dumps(
+                dict(
+                    build_s=build_s,
+                    warm_s=time.perf_counter() - t0,
+                    brian2=b2.__version__,
+                    numpy=np.__version__,
+                )
+            ),
+            flush=True,
+        )
+        for line in sys.stdin:
+            cmd = line.split()
+            if not cmd or cmd[0] == "quit":
+                break
+            before = int(mon.num_spikes)
+            t0 = time.perf_counter()
+            net.run(float(cmd[1]) * b2.ms)
+            seconds = time.perf_counter() - t0
+            print(
+                json.dumps(dict(seconds=seconds, spikes=int(mon.num_spikes) - before)),
+                flush=True,
+            )
+        return 0
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

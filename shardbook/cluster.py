@@ -1,0 +1,325 @@
+"""Failures a cluster brings, reproduced on one machine (chapter 5c's gallery).
+
+Each function starts real JAX processes on the loopback interface (one simulated CPU
+device each, JAX only: no BrainPy), provokes one failure, and reports what happened and
+how long it took, within a bounded time:
+
+* :func:`missing_rank`: a rank that never starts.  The others wait in
+  ``jax.distributed.initialize`` for ``initialization_timeout`` seconds (default 300),
+  then JAX aborts them (SIGABRT, "DEADLINE_EXCEEDED ... RegisterTask"): no Python
+  exception to catch.
+* :func:`dead_rank`: a rank killed in the middle of a run.  On CPU the survivor's next
+  collective fails at once (Gloo: "Connection reset by peer"), a Python exception; its
+  exit then waits in JAX's shutdown barrier until the coordination service misses the
+  dead rank's heartbeats (``heartbeat_timeout_seconds``, default 100 s), and JAX
+  aborts the process (SIGABRT).  A GPU collective (NCCL) may instead wait for the dead
+  peer; the heartbeat timeout is then what ends the survivors.
+* :func:`compilation_cache`: a persistent compilation cache
+  (``jax_compilation_cache_dir``) shared by 2 ranks.  Only process 0 writes it
+  (``jax/_src/compiler.py``, ``_cache_write``: "Only write cache entries from the
+  first process"); JAX counts a write as a ``cache_misses`` event, so ``written`` is
+  that count.  A second run hits it in process 0.  On CPU the key keeps the device
+  assignment, so process 1 never hits; on GPUs JAX strips it from the key of
+  multi-process programs (``jax/_src/cache_key.py``, ``strip_device_assignment``), so
+  every rank can.
+
+``python -m shardbook.cluster worker ...`` is the rank's side.  Nothing here starts
+JAX in the calling process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+__all__ = ["missing_rank", "dead_rank", "compilation_cache", "summation_orders",
+           "WORKER_PREFIX"]
+
+WORKER_PREFIX = "SHARDBOOK-CLUSTER "
+LOOPBACK = "127.0.0.1"
+
+
+def _port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def _env(extra=None) -> dict:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("XLA_FLAGS", "BOOK_NUM_DEVICES")
+    }
+    env.update(JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+def _start(rank: int, port: int, processes: int, mode: str, **opts) -> subprocess.Popen:
+    cmd = [
+        sys.executable,
+        "-m",
+        "shardbook.cluster",
+        "worker",
+        "--rank",
+        str(rank),
+        "--port",
+        str(port),
+        "--processes",
+        str(processes),
+        "--mode",
+        mode,
+        "--opts",
+        json.dumps(opts),
+    ]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        start_new_session=True,
+    )
+
+
+def _finish(procs, timeout_s: float) -> list[dict]:
+    """Wait for every process (kill all at ``timeout_s``): exit code, time, output."""
+    t0, out = time.monotonic(), []
+    for p in procs:
+        left = max(0.1, timeout_s - (time.monotonic() - t0))
+        try:
+            stdout, stderr = p.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            stdout, stderr = p.communicate()
+        reports = [
+            json.loads(ln[len(WORKER_PREFIX) :])
+            for ln in stdout.splitlines()
+            if ln.startswith(WORKER_PREFIX)
+        ]
+        out.append(
+            dict(
+                returncode=p.returncode,
+                reports=reports,
+                ended=time.time(),
+                stderr=[
+                    ln
+                    for ln in stderr.strip().splitlines()
+                    if ln.strip() and not ln.startswith("    @")
+                ][-12:],
+            )
+        )
+    return out
+
+
+def missing_rank(initialization_timeout: int = 5, timeout_s: float = 120) -> dict:
+    """Start rank 0 of 2, never rank 1: how long ``initialize`` waits, what it says."""
+    t0 = time.monotonic()
+    (r,) = _finish(
+        [_start(0, _port(), 2, "init", init_timeout=initialization_timeout)], timeout_s
+    )
+    return dict(
+        seconds=time.monotonic() - t0,
+        returncode=r["returncode"],
+        error=next((x["error"] for x in r["reports"] if "error" in x), None),
+        stderr=r["stderr"],
+    )
+
+
+def dead_rank(
+    heartbeat_timeout: int = 10, kill_after_steps: int = 20, timeout_s: float = 180
+) -> dict:
+    """2 ranks run a collective every 50 ms; rank 1 is killed (SIGKILL) after
+    ``kill_after_steps``.  How rank 0 ends, and how long after the kill."""
+    port = _port()
+    procs = [
+        _start(
+            r,
+            port,
+            2,
+            "loop",
+            heartbeat=heartbeat_timeout,
+            kill_after=kill_after_steps if r == 1 else -1,
+        )
+        for r in (0, 1)
+    ]
+    results = _finish(procs, timeout_s)
+    kill = next((x for x in results[1]["reports"] if x.get("event") == "kill"), None)
+    steps = [x for x in results[0]["reports"] if x.get("event") == "step"]
+    error = next((x for x in results[0]["reports"] if x.get("event") == "error"), None)
+    return dict(
+        survivor_returncode=results[0]["returncode"],
+        killed_returncode=results[1]["returncode"],
+        heartbeat_timeout=heartbeat_timeout,
+        survivor_steps=len(steps),
+        killed_step=kill and kill["step"],
+        survivor_ended_s_after_kill=kill and results[0]["ended"] - kill["time"],
+        survivor_error=error and error["error"],
+        survivor_error_s_after_kill=error and kill and error["time"] - kill["time"],
+        survivor_finished=any(x.get("event") == "end" for x in results[0]["reports"]),
+        survivor_stderr=results[0]["stderr"],
+    )
+
+
+def compilation_cache(cache_dir=None, timeout_s: float = 240) -> dict:
+    """Two runs of 2 ranks with one ``jax_compilation_cache_dir``: cache hits, misses
+    and the files written, per run and rank."""
+    own = cache_dir is None
+    cache_dir = tempfile.mkdtemp(prefix="jax-cache-") if own else str(cache_dir)
+    runs = []
+    for _ in range(2):
+        port = _port()
+        res = _finish(
+            [_start(r, port, 2, "cache", cache_dir=cache_dir) for r in (0, 1)],
+            timeout_s,
+        )
+        ranks = []
+        for rank, x in enumerate(res):
+            got = next((r for r in x["reports"] if r.get("event") == "cache"), {})
+            ranks.append(
+                dict(
+                    rank=rank,
+                    returncode=x["returncode"],
+                    requests=got.get("requests"),
+                    hits=got.get("hits"),
+                    written=got.get("misses"),
+                    stderr=x["stderr"],
+                )
+            )
+        runs.append(dict(ranks=ranks, files=sorted(os.listdir(cache_dir))))
+    return dict(cache_dir=None if own else cache_dir, runs=runs)
+
+
+def summation_orders(targets: int = 64, events: int = 20_000, orders: int = 4,
+                     seed: int = 0) -> dict:
+    """Why a GPU's float atomics break bit-identity, and what integer counts buy.
+
+    A scatter-add on a GPU (XLA:GPU lowers it to atomic adds) adds the events of a step
+    to their targets in whatever order the threads run; float addition is not
+    associative.  Here the same ``events`` (random targets, per-synapse float32
+    weights) are added in ``orders`` random orders, one at a time (``np.add.at``), as
+    atomics might: the float sums differ in their last bits, the integer counts never
+    do, and a count times one weight (the book's homogeneous synapses) is the same
+    float every time.  No GPU is needed to see the arithmetic; which order a GPU picks
+    is not reproduced here.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    target = rng.integers(0, targets, events)
+    weight = rng.lognormal(0., 1., events).astype(np.float32)
+    sums, counts = [], []
+    for _ in range(orders):
+        order = rng.permutation(events)
+        s = np.zeros(targets, np.float32)
+        np.add.at(s, target[order], weight[order])
+        c = np.zeros(targets, np.int32)
+        np.add.at(c, target[order], 1)
+        sums.append(s)
+        counts.append(c.astype(np.float32) * np.float32(6.0))   # count x we
+    diff = max(float(np.max(np.abs(a - sums[0]) / np.abs(sums[0]))) for a in sums)
+    return dict(float_identical=all(np.array_equal(a, sums[0]) for a in sums),
+                float_max_rel_diff=diff,
+                float_targets_differing=int(max(np.sum(a != sums[0]) for a in sums)),
+                counts_identical=all(np.array_equal(a, counts[0]) for a in counts))
+
+
+# --------------------------------------------------------------------- a rank's side
+def _report(**kw):
+    print(WORKER_PREFIX + json.dumps(dict(time=time.time(), **kw)), flush=True)
+
+
+def worker(rank: int, port: int, processes: int, mode: str, opts: dict) -> int:
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 1)
+    if mode == "cache":
+        from jax import monitoring
+
+        jax.config.update("jax_compilation_cache_dir", opts["cache_dir"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        events = {}
+        monitoring.register_event_listener(
+            lambda name, **kw: events.__setitem__(name, events.get(name, 0) + 1)
+        )
+    kwargs = dict(
+        coordinator_address=f"{LOOPBACK}:{port}",
+        num_processes=processes,
+        process_id=rank,
+        coordinator_bind_address=f"{LOOPBACK}:{port}",
+        initialization_timeout=int(opts.get("init_timeout", 60)),
+    )
+    if "heartbeat" in opts:
+        kwargs["heartbeat_timeout_seconds"] = int(opts["heartbeat"])
+    try:
+        jax.distributed.initialize(**kwargs)
+    except Exception as err:  # what a rank sees at the timeout
+        _report(error=f"{type(err).__name__}: {str(err)[:600]}")
+        return 3
+    from . import jax_private
+
+    jax_private.gloo_on_loopback(LOOPBACK)
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()), ("p",))
+    total = jax.jit(lambda x: x.sum(), out_shardings=NamedSharding(mesh, P()))
+    x = jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P("p")), np.ones(4, np.float32)
+    )
+    if mode == "init":
+        _report(event="initialized")
+    elif mode == "loop":
+        for step in range(100_000):
+            if step == opts.get("kill_after", -1):
+                _report(event="kill", step=step)
+                os.kill(os.getpid(), signal.SIGKILL)
+            try:
+                float(total(x))  # a collective across the processes
+            except Exception as err:  # what the survivor's Python sees
+                _report(
+                    event="error",
+                    step=step,
+                    error=f"{type(err).__name__}: {str(err)[:400]}",
+                )
+                raise
+            _report(event="step", step=step)
+            time.sleep(0.05)
+    elif mode == "cache":
+        float(total(x))
+        jax.jit(lambda a: (a * 2).sum(), out_shardings=NamedSharding(mesh, P()))(x)
+        _report(
+            event="cache",
+            hits=events.get("/jax/compilation_cache/cache_hits", 0),
+            misses=events.get("/jax/compilation_cache/cache_misses", 0),
+            requests=events.get("/jax/compilation_cache/compile_requests_use_cache", 0),
+        )
+    jax.distributed.shutdown()
+    _report(event="end")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("role", choices=("worker",))
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--processes", type=int, required=True)
+    ap.add_argument("--mode", choices=("init", "loop", "cache"), required=True)
+    ap.add_argument("--opts", default="{}")
+    a = ap.parse_args(argv)
+    return worker(a.rank, a.port, a.processes, a.mode, json.loads(a.opts))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

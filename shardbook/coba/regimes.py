@@ -1,0 +1,428 @@
+"""The benchmark's published forms, their regimes, and bounds with stated coverage.
+
+Benchmark 3 of Brette et al. (2007) has two published implementations that differ in the
+graph and the start, and the book has a third form:
+
+* ``"brette"``: Brette et al. (2007) as Brian 2 writes it (``examples/COBAHH.py``, the
+  same at tags 2.9.0 and 2.10.1): 3200 E + 800 I neurons, each pair connected with
+  probability 0.02 (Bernoulli), V, g_e and g_i drawn at random;
+* ``"nest"``: NEST's ``hh_coba`` (``pynest/examples/brette_et_al_2007/hh_coba.py`` with
+  ``brette_et_al_2007_benchmark.py``, NEST 3.10): a fixed in-degree of CE = 64 and
+  CI = 16 (``fixed_indegree``, multapses and autapses allowed), every neuron at E_L, and
+  a 300 Hz Poisson kick onto 50 E neurons from 1 to 51 ms;
+* ``"book"``: the book's variant: NEST's graph, 3360 E + 840 I neurons (divisible by
+  1 to 8 devices), V drawn at random, conductances zero.
+
+A regime is four statistics of one run's window after a transient (``PROTOCOL``): rate,
+mean CV of the ISIs, Fano factor of the population count in 5 ms bins, and the share of
+ISIs under 10 ms.  Bounds are normal tolerance intervals on the logarithms of a
+statistic over independent seeds (:func:`tolerance_bounds`): with the default
+coverage 0.999 and confidence 0.95 they contain at least 99.9 % of the runs (of new
+seeds, or of the same seed on another CPU, which chaos turns into a new sample) with
+95 % confidence, if the log statistic is normal across seeds.  Held-out seeds check
+them (:func:`held_out`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .parameters import DT
+
+__all__ = [
+    "FORMS",
+    "SOURCES",
+    "GRAPHS_2X2",
+    "STARTS_2X2",
+    "PROTOCOL",
+    "STATS",
+    "FORMS_SCHEMA",
+    "DT_SCHEMA",
+    "REFERENCE_SCHEMA",
+    "TIMING_SCHEMA",
+    "cell",
+    "measure",
+    "window_stats",
+    "tolerance_factor",
+    "tolerance_bounds",
+    "check",
+    "held_out",
+    "attribution",
+    "dt_convergence",
+    "within_reference",
+    "rate_check",
+    "validate",
+    "load",
+    "synchrony_raster",
+]
+
+FORMS = {
+    "brette": dict(graph="bernoulli", start="random", sizes=(3200, 800)),
+    "nest": dict(graph="fixed", start="kick", sizes=(3200, 800)),
+    "book": dict(graph="fixed", start="rest", sizes=(3360, 840)),
+}
+SOURCES = {
+    "brette": "Brette et al. 2007, J. Comput. Neurosci. 23:349-398, benchmark 3, as in "
+    "Brian 2's examples/COBAHH.py (tags 2.9.0 and 2.10.1)",
+    "nest": "NEST 3.10, pynest/examples/brette_et_al_2007/hh_coba.py with "
+    "brette_et_al_2007_benchmark.py (hh_cond_exp_traub)",
+    "book": "this book: NEST's graph, 3360 E + 840 I neurons, V random, g = 0",
+}
+# The attribution design: every graph with every start, at the benchmark's 4000 neurons.
+GRAPHS_2X2 = ("bernoulli", "fixed")
+STARTS_2X2 = ("random", "kick", "rest")
+PROTOCOL = dict(transient_ms=200.0, window_ms=1000.0, bin_ms=5.0)
+STATS = ("rate", "cv", "fano", "short_isi")
+LABELS = dict(
+    rate="rate (Hz)", cv="CV of ISI", fano="Fano, 5 ms", short_isi="ISI < 10 ms"
+)
+
+FORMS_SCHEMA = "shardbook.coba-forms/1"
+DT_SCHEMA = "shardbook.coba-dt/1"
+REFERENCE_SCHEMA = "shardbook.coba-reference/1"
+TIMING_SCHEMA = "shardbook.coba-brian2-timing/1"
+
+
+def cell(graph: str, start: str, sizes=(3200, 800)) -> dict:
+    """``build`` arguments of one cell of the graph x start design."""
+    return dict(graph=graph, start=start, sizes=tuple(sizes))
+
+
+def window_stats(raster, dt: float = DT, protocol=PROTOCOL) -> dict:
+    """The regime of a ``[T, n]`` raster's window after the transient, its ISI
+    histogram (``run.ISI_EDGES_MS``) and the population rate in 10 ms bins."""
+    from .run import isi_histogram, population_rate, regime
+
+    r = np.asarray(raster, dtype=bool)
+    cut = int(round(protocol["transient_ms"] / dt))
+    stop = cut + int(round(protocol["window_ms"] / dt))
+    if r.shape[0] < stop:
+        raise ValueError(
+            f"the raster has {r.shape[0]} steps; the protocol needs {stop}"
+        )
+    window = r[cut:stop]
+    return dict(
+        stats=regime(window, protocol["bin_ms"], dt),
+        isi_hist=isi_histogram(window, dt).tolist(),
+        rate_10ms=np.round(population_rate(r[:stop], 10.0, dt), 3).tolist(),
+        spikes=int(window.sum()),
+    )
+
+
+def measure(
+    seed: int,
+    devices=None,
+    dt: float = DT,
+    conn: str = "event",
+    protocol=PROTOCOL,
+    **network,
+) -> dict:
+    """Build ``network`` (``build`` arguments) with ``seed`` on ``devices`` (default:
+    the first device), run the transient and the window, and return :func:`window_stats`
+    with the run's description."""
+    import jax
+
+    from .network import build
+    from .run import Simulation
+
+    devs = jax.devices()[:1] if devices is None else devices
+    net = build(devs, seed=seed, dt=dt, conn=conn, **network)
+    sim = Simulation(net, record=("spike",))
+    steps = int(round((protocol["transient_ms"] + protocol["window_ms"]) / dt))
+    out = sim.run(steps)
+    raster = np.concatenate(
+        [np.asarray(out[f"{p}.spike"]) for p in net.populations], axis=1
+    )
+    finite = all(
+        bool(np.isfinite(np.asarray(p.V.value)).all()) for p in net.populations.values()
+    )
+    return dict(
+        graph=net.graph,
+        start=net.start,
+        sizes=[net.n_exc, net.n_inh],
+        neurons=raster.shape[1],
+        seed=seed,
+        dt=dt,
+        conn=conn,
+        finite=finite,
+        **window_stats(raster, dt, protocol),
+    )
+
+
+# ------------------------------------------------------------------ bounds
+def tolerance_factor(
+    n: int, coverage: float = 0.999, confidence: float = 0.95
+) -> float:
+    """k of the two-sided normal tolerance interval mean +- k sd from ``n`` samples
+    (Howe 1969, J. Am. Stat. Assoc. 64:610-620; NIST/SEMATECH e-Handbook of Statistical
+    Methods, 7.2.6.3): it contains at least ``coverage`` of the population with
+    probability ``confidence``."""
+    from scipy import stats
+
+    if n < 3:
+        raise ValueError("a tolerance interval needs at least 3 samples")
+    z = stats.norm.ppf((1 + coverage) / 2)
+    chi2 = stats.chi2.ppf(1 - confidence, n - 1)
+    return float(math.sqrt((n - 1) * (1 + 1 / n) * z * z / chi2))
+
+
+def tolerance_bounds(
+    runs, stats=STATS, coverage: float = 0.999, confidence: float = 0.95
+) -> dict:
+    """{statistic: (low, high)}: the tolerance interval of the log statistic over
+    ``runs`` (each a dict with ``"stats"``, from independent seeds), exponentiated."""
+    runs = list(runs)
+    k = tolerance_factor(len(runs), coverage, confidence)
+    out = {}
+    for s in stats:
+        v = np.log([r["stats"][s] for r in runs])
+        m, sd = float(v.mean()), float(v.std(ddof=1))
+        out[s] = (math.exp(m - k * sd), math.exp(m + k * sd))
+    return out
+
+
+def check(stats: dict, bounds: dict, what: str = "", names=None) -> str:
+    """A verdict: every statistic of ``stats`` (``names``, default all of ``bounds``)
+    inside its bound.  Raises ``AssertionError`` naming each one outside."""
+    names = tuple(bounds) if names is None else tuple(names)
+    outside = [
+        f"{s} = {stats[s]:.4g} outside [{bounds[s][0]:.4g}, {bounds[s][1]:.4g}]"
+        for s in names
+        if not bounds[s][0] <= stats[s] <= bounds[s][1]
+    ]
+    head = f"{what}: " if what else ""
+    if outside:
+        raise AssertionError(head + "; ".join(outside))
+    return head + f"{', '.join(names)} inside the bounds"
+
+
+def held_out(bound_runs, held_runs, **kw) -> dict:
+    """How many held-out runs fall inside the bounds made from ``bound_runs``, per
+    statistic: {statistic: (inside, of)}.  The two sets of seeds must not meet."""
+    seeds = {r["seed"] for r in bound_runs}
+    if seeds & {r["seed"] for r in held_runs}:
+        raise ValueError(
+            f"held-out seeds {sorted(seeds & {r['seed'] for r in held_runs})}"
+            " also made the bounds"
+        )
+    b = tolerance_bounds(bound_runs, **kw)
+    return {
+        s: (sum(lo <= r["stats"][s] <= hi for r in held_runs), len(held_runs))
+        for s, (lo, hi) in b.items()
+    }
+
+
+def rate_check(
+    spikes: int,
+    neurons: int,
+    window_ms: float,
+    bounds: dict,
+    what: str = "rate after the transient",
+) -> tuple[float, str]:
+    """The rate (Hz) of ``spikes`` in a window of ``window_ms`` and its verdict against
+    ``bounds["rate"]`` (raises if outside).  For runs that record only counts."""
+    rate = spikes / neurons / (window_ms * 1e-3)
+    return rate, check(dict(rate=rate), bounds, what, names=("rate",))
+
+
+# ------------------------------------------------------------------ summaries
+def _mean_sd(values):
+    v = np.asarray(values, dtype=np.float64)
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else float("nan")
+
+
+def attribution(runs, stats=STATS) -> dict:
+    """The graph x start design as means: {(graph, start): {stat: (mean, sd, n)}}, and
+    the main effects {"graph": {stat: (bernoulli - fixed, se)}, "start/<a>-<b>": ...}
+    at the benchmark's size, from runs with ``graph`` and ``start`` fields."""
+    cells = {}
+    for r in runs:
+        cells.setdefault((r["graph"], r["start"]), []).append(r)
+    table = {
+        key: {s: (*_mean_sd([r["stats"][s] for r in rs]), len(rs)) for s in stats}
+        for key, rs in cells.items()
+    }
+
+    def effect(a_keys, b_keys, s):
+        a = [table[k][s] for k in a_keys if k in table]
+        b = [table[k][s] for k in b_keys if k in table]
+        if not a or len(a) != len(b):
+            return None
+        diff = np.mean([x[0] for x in a]) - np.mean([x[0] for x in b])
+        var = sum(x[1] ** 2 / x[2] for x in a) + sum(x[1] ** 2 / x[2] for x in b)
+        return float(diff), float(math.sqrt(var) / len(a))
+
+    starts = sorted({k[1] for k in table})
+    effects = {
+        "graph (bernoulli - fixed)": {
+            s: effect(
+                [("bernoulli", st) for st in starts],
+                [("fixed", st) for st in starts],
+                s,
+            )
+            for s in stats
+        }
+    }
+    for i, a in enumerate(starts):
+        for b in starts[i + 1 :]:
+            effects[f"start ({a} - {b})"] = {
+                s: effect([(g, a) for g in GRAPHS_2X2], [(g, b) for g in GRAPHS_2X2], s)
+                for s in stats
+            }
+    return dict(cells=table, effects=effects)
+
+
+def dt_convergence(runs, stats=STATS, finest: float | None = None) -> dict:
+    """{form: {dt: {stat: (mean, sd, n)}}} and, per form and statistic, whether each
+    dt's mean lies within 2 standard errors (of the difference) of the finest dt's."""
+    by = {}
+    for r in runs:
+        by.setdefault(r["form"], {}).setdefault(r["dt"], []).append(r)
+    out = {}
+    for form, per_dt in by.items():
+        table = {
+            dt: {s: (*_mean_sd([r["stats"][s] for r in rs]), len(rs)) for s in stats}
+            for dt, rs in sorted(per_dt.items())
+        }
+        ref = min(table) if finest is None else finest
+        verdict = {}
+        for dt, row in table.items():
+            verdict[dt] = {}
+            for s in stats:
+                (m, sd, n), (m0, sd0, n0) = row[s], table[ref][s]
+                se = math.sqrt(sd**2 / n + sd0**2 / n0)
+                verdict[dt][s] = dict(
+                    diff=m - m0,
+                    se=se,
+                    rel=(m - m0) / m0,
+                    within_2se=abs(m - m0) <= 2 * se,
+                )
+        out[form] = dict(table=table, finest=ref, verdict=verdict)
+    return out
+
+
+def within_reference(
+    book_runs,
+    reference_runs,
+    stats=STATS,
+    coverage: float = 0.999,
+    confidence: float = 0.95,
+    what: str = "the book",
+) -> str:
+    """Assert that every run of the book lies inside the reference simulator's seed-to-
+    seed spread: the tolerance interval of ``reference_runs`` (independent seeds).
+    Returns a verdict; raises ``AssertionError`` naming each run and statistic
+    outside."""
+    bounds = tolerance_bounds(reference_runs, stats, coverage, confidence)
+    bad = []
+    for r in book_runs:
+        try:
+            check(r["stats"], bounds, names=stats)
+        except AssertionError as err:
+            bad.append(f"seed {r.get('seed')}: {err}")
+    if bad:
+        raise AssertionError(
+            f"{what} lies outside the reference's spread: " + " | ".join(bad)
+        )
+    return (
+        f"{what}: {len(list(book_runs))} run(s), {', '.join(stats)} inside the "
+        f"reference's {coverage:.1%} tolerance interval ({len(reference_runs)} seeds)"
+    )
+
+
+# ------------------------------------------------------------------ planted synchrony
+def synchrony_raster(
+    fano: float,
+    rate_hz: float = 35.0,
+    neurons: int = 4000,
+    ms: float = 1000.0,
+    bin_ms: float = 5.0,
+    dt: float = DT,
+    seed: int = 0,
+) -> np.ndarray:
+    """A ``[T, neurons]`` raster whose population count in ``bin_ms`` bins has the Fano
+    factor ``fano`` on average: every neuron fires Poisson at ``rate_hz`` times a gain
+    shared by all, drawn per bin from a gamma distribution of mean 1 and variance
+    ``(fano - 1) / mu`` (mu: the mean count per bin).  The shared gain is synchrony:
+    pairwise count covariances scale with its variance, so ``fano - 1`` measures it.
+    Used to plant a tenfold change in synchrony."""
+    rng = np.random.default_rng(seed)
+    per_bin = int(round(bin_ms / dt))
+    bins = int(round(ms / bin_ms))
+    mu = neurons * rate_hz * bin_ms * 1e-3
+    var = max(fano - 1.0, 1e-9) / mu
+    gain = rng.gamma(1.0 / var, var, size=bins)
+    counts = rng.poisson(rate_hz * bin_ms * 1e-3 * gain[:, None], size=(bins, neurons))
+    b, n = np.nonzero(counts)
+    b, n = np.repeat(b, counts[b, n]), np.repeat(n, counts[b, n])
+    raster = np.zeros((bins * per_bin, neurons), bool)
+    raster[b * per_bin + rng.integers(0, per_bin, b.size), n] = True
+    return raster
+
+
+# ------------------------------------------------------------------ data files
+_NEED = {
+    FORMS_SCHEMA: ("protocol", "forms", "seeds", "runs"),
+    DT_SCHEMA: ("protocol", "runs"),
+    REFERENCE_SCHEMA: ("protocol", "simulator", "runs"),
+    TIMING_SCHEMA: ("simulator", "sizes", "rows"),
+}
+_RUN_KEYS = {
+    FORMS_SCHEMA: (
+        "form",
+        "graph",
+        "start",
+        "seed",
+        "dt",
+        "stats",
+        "isi_hist",
+        "finite",
+    ),
+    DT_SCHEMA: ("form", "seed", "dt", "stats", "finite"),
+    REFERENCE_SCHEMA: ("form", "seed", "connectivity", "stats", "isi_hist"),
+    TIMING_SCHEMA: ("neurons", "who", "seconds", "sim_ms", "spikes"),
+}
+
+
+def validate(data: dict) -> dict:
+    """Check a regime data file's structure and provenance; raises ``ValueError``
+    naming what is missing."""
+    schema = data.get("schema")
+    if schema not in _NEED:
+        raise ValueError(f"unknown schema {schema!r}; expected one of {sorted(_NEED)}")
+    missing = [k for k in ("provenance", *_NEED[schema]) if k not in data]
+    prov = data.get("provenance", {})
+    missing += [
+        f"provenance.{k}"
+        for k in ("device_kind", "platform", "versions", "date", "command")
+        if k not in prov
+    ]
+    rows = data.get("runs", data.get("rows", []))
+    if not rows:
+        missing.append("runs (none)")
+    for i, r in enumerate(rows):
+        missing += [f"runs[{i}].{k}" for k in _RUN_KEYS[schema] if k not in r]
+        if "stats" in r:
+            missing += [f"runs[{i}].stats.{s}" for s in STATS if s not in r["stats"]]
+    if missing:
+        raise ValueError(f"{schema} file lacks: " + ", ".join(missing[:20]))
+    return data
+
+
+def load(name: str, root=None) -> dict:
+    """A regime data file of ``book/data`` by name (e.g. ``"coba_forms.json"``),
+    validated; looks in ``data/`` and ``book/data/`` from the working directory."""
+    candidates = (
+        [Path(root) / name]
+        if root
+        else [Path("data") / name, Path("book") / "data" / name]
+    )
+    here = Path(__file__).resolve().parents[2] / "book" / "data" / name
+    for p in [*candidates, here]:
+        if p.exists():
+            return validate(json.loads(p.read_text()))
+    raise FileNotFoundError(f"{name} not found in {', '.join(map(str, candidates))}")
