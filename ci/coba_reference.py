@@ -111,7 +111,9 @@ def export(net, path: Path, kick_steps: int = 600) -> None:
             [np.asarray(getattr(p, var).value) for p in pops.values()]
         )
     if net.start == "kick":
-        from shardbook.coba.parameters import we
+        from shardbook import book
+
+        we = book.coba.we
 
         kick = jax.jit(net.kick)
         steps = np.stack([np.asarray(kick(i))[:50] for i in range(kick_steps)])
@@ -146,7 +148,9 @@ def run_brian(py, spec: dict, tmp: Path) -> tuple:
 
 
 def reference(args, py) -> int:
-    from shardbook.coba import build, regimes
+    from shardbook import book
+
+    build, regimes = book.coba.build, book.coba.regimes
     import jax
 
     data = _start(args, regimes.REFERENCE_SCHEMA)
@@ -227,7 +231,8 @@ def timing(args, py) -> int:
     import jax
 
     from shardbook import book
-    from shardbook.coba import regimes
+
+    regimes = book.coba.regimes
 
     coba = book.coba
     data = _start(args, regimes.TIMING_SCHEMA, resume=False)
@@ -372,13 +377,17 @@ def summarize(data) -> list[dict]:
 
 
 def _start(args, schema, resume=True) -> dict:
-    from shardbook.provenance import provenance
+    from shardbook import book
+
+    provenance = book.provenance.provenance
 
     command = "python ci/coba_reference.py " + " ".join(
         shlex.quote(a) for a in (args.argv if args.argv is not None else sys.argv[1:])
     )
     old = json.loads(args.out.read_text()) if resume and args.out.exists() else {}
-    from shardbook.coba import regimes
+    from shardbook import book
+
+    regimes = book.coba.regimes
 
     data = dict(
         schema=schema,

@@ -117,8 +117,7 @@ def main(argv=None) -> int:
     from shardbook import book
 
     book.setup_devices(verbose=False)
-    from shardbook.coba import regimes
-    from shardbook.provenance import provenance
+    regimes, provenance = book.coba.regimes, book.provenance.provenance
 
     schema = regimes.FORMS_SCHEMA if args.what == "forms" else regimes.DT_SCHEMA
     jobs = plan_forms(args, regimes) if args.what == "forms" else plan_dt(args, regimes)
@@ -151,9 +150,7 @@ def main(argv=None) -> int:
             ),
             cells=list(range(1, 1 + args.cell_seeds)),
         )
-    from shardbook.coba.run import ISI_EDGES_MS
-
-    data["isi_edges_ms"] = [float(x) for x in ISI_EDGES_MS]
+    data["isi_edges_ms"] = [float(x) for x in book.coba.ISI_EDGES_MS]
     new = 0
     t_all = time.time()
     for job in jobs:

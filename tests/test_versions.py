@@ -116,6 +116,8 @@ ALIASES = {"orbax": "orbax-checkpoint", "jupyter book": "jupyter-book"}
 FOREIGN = {
     ("jax", "0.11.2"): "the JAX preinstalled on the lent H200 machine (ci/gpu_check)",
     ("jaxlib", "0.11.2"): "the same machine's jaxlib",
+    ("numpy", "2.3.5"): "Brian 2's own venv (ci/requirements-brian2.txt): brian2 2.9.0, the "
+                        "newest for Python 3.11, does not import with numpy 2.4",
 }
 TEXT = (".md", ".ipynb", ".py", ".toml", ".yml", ".txt", ".sh", ".sbatch", ".cfg",
         ".in")
