@@ -10,6 +10,9 @@ The package is split along the chapter's lines; imports point one way, down this
   parameters   constants and sizes (imports nothing else of the package)
   randomness   random numbers made where they live (``sharded_random``, the graphs)
   events       event-driven connectivity: a CSR per device, delivered under shard_map
+  kernels      the push delivery's CPU kernels (numba cfuncs called by XLA's FFI)
+  push         the push delivery: spike indices exchanged, spiking rows visited
+  peer         brainevent's CSR kernel on each device's CSR (the peer to time against)
   network      the neuron ``HH``, ``FixedInDegree``, the network ``COBAHH``, ``build``
   run          ``Simulation`` and activity statistics (rate, CV, Fano factor)
   ledger       the memory model, predicted and measured
@@ -31,6 +34,8 @@ from .randomness import (_compiled, _partitionable, _zeros, _zeros_of, bernoulli
                          zeros_variable)
 from .events import (CHUNK_FRACTION, EventCSR, chunk_size, deliver, local_csr, random_rows,
                      rows_capacity)
+from . import kernels, peer, push
+from .push import DeliveryOverflow, PushCSR, SpikeExchange
 from .network import COBAHH, HH, FixedInDegree, _count_sources, _csr_conn, build
 from .run import (Simulation, cv_isi, fano_factor, isis_ms, population_rate, rate_hz,
                   regime)
@@ -43,7 +48,8 @@ from .sweep import (DATA_FILE, REGIME_SCHEMA, SCHEMA, VARIANTS, device_memory, l
 from .plots import plot_scaling
 from . import events, ledger, network, parameters, plots, randomness, run, sweep
 
-MODULES = (parameters, randomness, events, network, run, ledger, sweep, plots)
+MODULES = (parameters, randomness, events, kernels, push, peer, network, run, ledger,
+           sweep, plots)
 
 
 def source_section(title: str) -> str:

@@ -21,6 +21,9 @@ STATE_BYTES_PER_NEURON = 4 * 4 + 2 * 4   # V, m, h, n and the two conductances g
 SPIKE_BYTES_PER_NEURON = 1               # last step's spikes (bool): the one-step synaptic delay
 INDEX_BYTES_PER_SYNAPSE = 4              # an int32 source index per synapse
 SYNAPSES_PER_NEURON = K_EXC + K_INH      # 80 inputs per neuron at every scale
+# the push delivery's counters on each device: (dropped, largest) as int32, for the two
+# populations' spike buffers and the four projections' event slots
+PUSH_COUNTER_BYTES = 2 * 4 * (2 + 4)
 
 
 def conn_bytes_total(n_exc: int, n_inh: int, kind: str = "index") -> int:
@@ -70,16 +73,18 @@ def predict(n_exc: int, n_inh: int, devices: int, kind: str = "index",
     """
     n = n_exc + n_inh
     per = n / devices
-    if kind == "event":
+    csr = kind in ("event", "push", "brainevent")  # EventCSR's per-device CSR
+    if csr:
         conn = event_bytes(n_exc, n_inh, devices, graph)["total"]
     else:
         conn = conn_bytes_total(n_exc, n_inh, kind)
     if kind in ("index", "mask"):
         conn /= devices
     out = dict(state=STATE_BYTES_PER_NEURON * per, delays=SPIKE_BYTES_PER_NEURON * per,
-               connectivity=conn)
-    held = conn if kind in ("index", "mask", "event") else 0
-    out["arguments"] = out["state"] + out["delays"] + held + 4 * counters * per
+               connectivity=conn, counters=PUSH_COUNTER_BYTES if kind == "push" else 0)
+    held = conn if kind in ("index", "mask") or csr else 0
+    out["arguments"] = (out["state"] + out["delays"] + held + 4 * counters * per
+                        + out["counters"])
     out["peak"] = out["arguments"] + (STATE_BYTES_PER_NEURON + SPIKE_BYTES_PER_NEURON
                                       + 4 * counters + record_bytes_per_neuron) * per
     if kind == "csr":
@@ -104,8 +109,11 @@ def _leaf(x):
 
 def net_arrays(net: COBAHH) -> dict:
     """Every array of the network by a stable name, e.g. ``"E.V"`` or ``"E2I.conn"``, with its
-    category: ``state``, ``delays`` (last step's spikes) or ``connectivity``."""
+    category: ``state``, ``delays`` (last step's spikes), ``connectivity`` or ``counters``
+    (the push delivery's overflow counters, int32[devices, 2] each)."""
     out = {}
+    for name, x in net.exchanges.items():
+        out[f"{name}.exchange"] = ("counters", _leaf(x.counter))
     for name, pop in net.populations.items():
         for var in ("V", "m", "h", "n"):
             out[f"{name}.{var}"] = ("state", _leaf(getattr(pop, var)))
@@ -116,9 +124,11 @@ def net_arrays(net: COBAHH) -> dict:
         comm = proj.comm
         if hasattr(comm, "conn"):
             out[f"{name}.conn"] = ("connectivity", _leaf(comm.conn))
-        elif comm.kind == "event":
+        elif comm.kind in ("event", "push", "brainevent"):
             out[f"{name}.indptr"] = ("connectivity", _leaf(comm.op.indptr))
             out[f"{name}.indices"] = ("connectivity", _leaf(comm.op.indices))
+            if comm.kind == "push":
+                out[f"{name}.counter"] = ("counters", _leaf(comm.op.counter))
         elif comm.kind == "csr":
             out[f"{name}.indices"] = ("connectivity", jnp.asarray(comm.op.indices))
             out[f"{name}.indptr"] = ("connectivity", jnp.asarray(comm.op.indptr))
@@ -130,7 +140,7 @@ def measured_bytes(net: COBAHH) -> dict:
     from ..shards import bytes_per_device
 
     out = {}
-    for cat in ("state", "delays", "connectivity"):
+    for cat in ("state", "delays", "connectivity", "counters"):
         arrays = [a for c, a in net_arrays(net).values() if c == cat]
         out[cat] = max(bytes_per_device(*arrays).values()) if arrays else 0
     return out

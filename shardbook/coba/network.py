@@ -15,6 +15,8 @@ import brainpy as bp
 import brainpy.math as bm
 
 from .events import EventCSR
+from .peer import BrainEventCSR
+from .push import SPIKE_CAPACITY, PushCSR, SpikeExchange, check as check_delivery
 from .parameters import (DT, GRAPHS, K_EXC, K_INH, NEURON, P_CONN, REPRESENTATIONS, STARTS,
                          Cm, EK, El, ENa, Ee, Ei, V_th, VT, g_Kd, g_Na, gl, sizes, taue,
                          taui, we, wi)
@@ -77,26 +79,37 @@ class FixedInDegree(bp.dnn.Layer):
       * ``"csr"``:   BrainPy's ``EventCSRLinear`` (no ``sharding`` support: held whole);
       * ``"jit"``:   BrainPy's ``EventJitFPHomoLinear``: a new graph with the same
         connection probability k / n_pre, regenerated from a seed at every step;
-      * ``"event"``: :class:`EventCSR`, a CSR by presynaptic row on each device.
+      * ``"event"``: :class:`EventCSR`, a CSR by presynaptic row on each device;
+      * ``"push"``: :class:`PushCSR`, the same CSR, delivered from the gathered indices
+        of the spiking neurons (``shardbook.coba.push``): ``update`` takes those indices;
+      * ``"brainevent"``: the same CSR, delivered by brainevent's kernel on each device
+        (``shardbook.coba.peer``; CPU only).
+    ``spike_capacity`` and ``kernel`` are the push delivery's knobs (``push.PushCSR``).
     ``as_variable=False`` keeps the index or mask as a plain attribute: the trap.
     Sources equal to ``n_pre`` are padding (a Bernoulli graph's shorter columns).
     """
 
     def __init__(self, sources, n_pre, weight, kind="index", as_variable=True, seed=0,
-                 padded=False, rows=None):
+                 padded=False, rows=None, spike_capacity=SPIKE_CAPACITY, kernel="auto"):
         super().__init__()
+        push = dict(fraction=spike_capacity, kernel=kernel)
         if rows is not None:  # (n_post, k, key): an event CSR drawn by row in each block
-            if kind != "event":
-                raise ValueError("a graph drawn by row in each block is stored as 'event'")
+            if kind not in ("event", "push"):
+                raise ValueError("a graph drawn by row in each block is stored as 'event' "
+                                 "or 'push'")
             self.kind, self.weight, self.shape, self.padded = kind, weight, (n_pre, rows[0]), False
             split = bm.sharding.get_sharding([NEURON])
-            self.op = EventCSR(None, n_pre, weight, None if split is None else split.mesh,
-                               rows=rows)
+            mesh = None if split is None else split.mesh
+            if kind == "push":
+                self.op = PushCSR(None, n_pre, weight, mesh, rows=rows, **push)
+            else:
+                self.op = EventCSR(None, n_pre, weight, mesh, rows=rows)
             return
         if kind not in REPRESENTATIONS:
             raise ValueError(f"kind must be one of {REPRESENTATIONS}, not {kind!r}")
-        if padded and kind not in ("index", "event"):
-            raise ValueError(f"a Bernoulli graph is stored as 'index' or 'event', not {kind!r}")
+        if padded and kind not in ("index", "event", "push", "brainevent"):
+            raise ValueError(f"a Bernoulli graph is stored as 'index', 'event' or 'push', "
+                             f"not {kind!r}")
         k, n_post = sources.shape  # sources: the [k, n_post] matrix made by random_state
         self.kind, self.weight, self.shape, self.padded = kind, weight, (n_pre, n_post), padded
         if kind == "jit":
@@ -106,9 +119,14 @@ class FixedInDegree(bp.dnn.Layer):
         if kind == "csr":
             self.op = bp.dnn.EventCSRLinear(_csr_conn(np.asarray(sources), n_pre, n_post), weight)
             return
-        if kind == "event":
+        if kind in ("event", "push", "brainevent"):
             split = bm.sharding.get_sharding([NEURON])
-            self.op = EventCSR(sources, n_pre, weight, None if split is None else split.mesh)
+            mesh = None if split is None else split.mesh
+            if kind == "push":
+                self.op = PushCSR(sources, n_pre, weight, mesh, **push)
+            else:
+                cls = BrainEventCSR if kind == "brainevent" else EventCSR
+                self.op = cls(sources, n_pre, weight, mesh)
             return
         if kind == "mask":  # each device counts the sources of its own columns
             sources = sharded_random(_count_sources, sources, [None, NEURON], n_pre)
@@ -117,7 +135,7 @@ class FixedInDegree(bp.dnn.Layer):
         self.conn = bm.Variable(sources) if as_variable else sources
 
     def update(self, spikes):  # spikes: bool[n_pre], the same on every device
-        if self.kind in ("csr", "jit", "event"):
+        if self.kind in ("csr", "jit", "event", "push", "brainevent"):  # push: indices
             return self.op(spikes)
         conn = self.conn.value if isinstance(self.conn, bm.Variable) else self.conn
         if self.kind == "index":
@@ -161,11 +179,15 @@ class COBAHH(bp.DynSysGroup):
         the graph depends on the device count);
       * ``start``: ``"rest"`` (conductances zero) or ``"random"`` (the benchmark's start);
       * ``layout="sliced"``: the trap variant, one population sliced into E and I;
-      * ``sizes``: (n_exc, n_inh) instead of ``scale``, e.g. the benchmark's (3200, 800).
+      * ``sizes``: (n_exc, n_inh) instead of ``scale``, e.g. the benchmark's (3200, 800);
+      * ``weights``: (we, wi) in nS instead of the benchmark's (6, 67);
+      * ``spike_capacity``, ``kernel``: the push delivery's buffer (a fraction of each
+        device's neurons that may spike in one step) and kernels (``coba.push``).
     """
 
     def __init__(self, scale=1, conn="index", as_variable=True, layout="separate", seed=0,
-                 graph="fixed", start="rest", k=(K_EXC, K_INH), sizes=None):
+                 graph="fixed", start="rest", k=(K_EXC, K_INH), sizes=None, weights=None,
+                 spike_capacity=SPIKE_CAPACITY, kernel="auto"):
         super().__init__()
         bm.set_dt(DT)
         if graph not in GRAPHS or start not in STARTS:
@@ -178,20 +200,28 @@ class COBAHH(bp.DynSysGroup):
         self.replicated = (None if split is None else
                            jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
         k_exc, k_inh = k
+        w_exc, w_inh = (we, wi) if weights is None else weights
         if layout == "separate":
             pops = (("E", self.n_exc), ("I", self.n_inh))
-            plan = (("E2E", "E", "E", k_exc, we, taue, Ee), ("E2I", "E", "I", k_exc, we, taue, Ee),
-                    ("I2E", "I", "E", k_inh, wi, taui, Ei), ("I2I", "I", "I", k_inh, wi, taui, Ei))
+            plan = (("E2E", "E", "E", k_exc, w_exc, taue, Ee),
+                    ("E2I", "E", "I", k_exc, w_exc, taue, Ee),
+                    ("I2E", "I", "E", k_inh, w_inh, taui, Ei),
+                    ("I2I", "I", "I", k_inh, w_inh, taui, Ei))
         elif layout == "sliced":
             pops = (("N", self.n_exc + self.n_inh),)
-            plan = (("E2N", "E", "N", k_exc, we, taue, Ee), ("I2N", "I", "N", k_inh, wi, taui, Ei))
+            plan = (("E2N", "E", "N", k_exc, w_exc, taue, Ee),
+                    ("I2N", "I", "N", k_inh, w_inh, taui, Ei))
         else:
             raise ValueError(f"layout must be 'separate' or 'sliced', not {layout!r}")
         size = dict(pops, E=self.n_exc, I=self.n_inh)
         key = jax.random.PRNGKey(seed)
         projs = tuple((name, k, size[pre], size[post]) for name, pre, post, k, *_ in plan)
-        if graph == "rows" and conn != "event":
-            raise ValueError("graph='rows' is drawn straight into the 'event' representation")
+        if graph == "rows" and conn not in ("event", "push"):
+            raise ValueError("graph='rows' is drawn straight into the 'event' or 'push' "
+                             "representation")
+        if conn == "push" and layout != "separate":
+            raise ValueError("the push delivery gathers each population's spikes: "
+                             "layout='separate'")
         projs_fixed = projs if graph == "fixed" else ()  # the others are drawn below
         axes = random_state_axes(pops, projs_fixed, start)
         init = sharded_random(random_state, key, axes, pops, projs_fixed, start)
@@ -205,14 +235,19 @@ class COBAHH(bp.DynSysGroup):
 
         for name, _ in pops:
             setattr(self, name, HH(init[f"{name}.V"]))
+        push = dict(spike_capacity=spike_capacity, kernel=kernel)
+        if conn == "push":  # each population's spikes leave as indices (coba.push)
+            self.exchange_E = SpikeExchange(self.n_exc, self.mesh, spike_capacity, kernel)
+            self.exchange_I = SpikeExchange(self.n_inh, self.mesh, spike_capacity, kernel)
         for i, (name, pre, post, k, w, tau, E) in enumerate(plan):
             target = getattr(self, post)
             if graph == "rows":
                 rows = (size[post], k, jax.random.fold_in(key, 100 + i))
-                comm = FixedInDegree(None, size[pre], w, conn, rows=rows)
+                comm = FixedInDegree(None, size[pre], w, conn, rows=rows, **push)
             else:
                 comm = FixedInDegree(init[name], size[pre], w, conn, as_variable,
-                                     seed=1000 * seed + i, padded=graph == "bernoulli")
+                                     seed=1000 * seed + i, padded=graph == "bernoulli",
+                                     **push)
             setattr(self, name, bp.dyn.HalfProjAlignPostMg(
                 comm=comm, syn=bp.dyn.Expon.desc(target.num, tau=tau, sharding=[NEURON]),
                 out=bp.dyn.COBA.desc(E=E), post=target))
@@ -220,15 +255,32 @@ class COBAHH(bp.DynSysGroup):
                 g = getattr(self, name).syn.g
                 g.value = init[f"{post}.g{pre.lower()}"]
 
-    def everyone(self, spikes):
-        """Every device needs every presynaptic spike: one all-gather per population."""
+    def everyone(self, spikes, pop=None):
+        """Every device needs every presynaptic spike: one all-gather per population
+        (of the bool vector; with ``conn="push"``, of the spiking neurons' indices)."""
+        if pop is not None and self.exchanges:
+            return self.exchanges[pop](spikes)
         if self.replicated is None:
             return spikes
         return jax.lax.with_sharding_constraint(spikes, self.replicated)
 
+    @property
+    def exchanges(self) -> dict:
+        """The push delivery's :class:`SpikeExchange` per population (else empty)."""
+        if self.conn_kind != "push":
+            return {}
+        return {"E": self.exchange_E, "I": self.exchange_I}
+
+    def after_chunk(self):
+        """Called by ``Simulation.run`` after each chunk: raises if a delivery dropped
+        input (``coba.push.check``)."""
+        if self.conn_kind == "push":
+            check_delivery(self)
+
     def update(self):
         if self.layout == "separate":
-            e, i = self.everyone(self.E.spike.value), self.everyone(self.I.spike.value)
+            e = self.everyone(self.E.spike.value, "E")
+            i = self.everyone(self.I.spike.value, "I")
             self.E2E(e), self.E2I(e), self.I2E(i), self.I2I(i)
             return {"E": self.E(), "I": self.I()}
         s = self.N.spike.value  # slicing a split vector moves E/I between devices

@@ -29,7 +29,7 @@ V0_MEAN, V0_SD = El - 5., 5.
 GE0_MEAN, GE0_SD = 40., 15.
 GI0_MEAN, GI0_SD = 200., 120.
 
-REPRESENTATIONS = ("index", "mask", "csr", "jit", "event")
+REPRESENTATIONS = ("index", "mask", "csr", "jit", "event", "push", "brainevent")
 GRAPHS = ("fixed", "bernoulli", "rows")  # fixed in-degree, Bernoulli, or drawn by row
 STARTS = ("rest", "random")  # conductances at zero, or the benchmark's randomised start
 
