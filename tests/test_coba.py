@@ -111,7 +111,11 @@ def test_ledger_matches_shards_and_memory_analysis(nets, runs):
         sim = coba.Simulation(net, record=())
         stats = coba.compiled_stats(sim.compile(5))
         assert stats["arguments"] == pred["arguments"] and stats["constants"] == 0
-        assert abs(stats["peak"] - pred["peak"]) <= 0.02 * pred["peak"]
+        # the peak includes the temporaries (XLA's own peak on the CPU leaves them out)
+        assert stats["peak"] == (stats["arguments"] + stats["outputs"]
+                                 + stats["temporaries"] - stats["aliased"])
+        tol = coba.peak_tolerance(n_exc, n_inh, k, pred["temporaries"])
+        assert abs(stats["peak"] - pred["peak"]) <= tol, (stats, pred, tol)
 
 
 def test_closure_constant_is_baked_whole_into_every_program():

@@ -15,7 +15,9 @@ The package is split along the chapter's lines; imports point one way, down this
   peer         brainevent's CSR kernel on each device's CSR (the peer to time against)
   network      the neuron ``HH``, ``FixedInDegree``, the network ``COBAHH``, ``build``
   run          ``Simulation`` and activity statistics (rate, CV, Fano factor)
+  timing       fair timings: variants interleaved, repeated, events beside every time
   ledger       the memory model, predicted and measured
+  timemodel    a time model that counts what the compiled step does
   sweep        one size's measurement and the scaling data file of ``ci/coba_sweep.py``
   plots        plots of those measurements
 
@@ -41,15 +43,17 @@ from .run import (Simulation, cv_isi, fano_factor, isis_ms, population_rate, rat
                   regime)
 from .ledger import (event_bytes, model_bytes, INDEX_BYTES_PER_SYNAPSE, SPIKE_BYTES_PER_NEURON, STATE_BYTES_PER_NEURON,
                      SYNAPSES_PER_NEURON, _leaf, comm_output, compiled_stats, conn_bytes_total,
-                     fit_bytes_per_device, measured_bytes, net_arrays, predict)
+                     fit_bytes_per_device, measured_bytes, net_arrays, peak_tolerance,
+                     predict)
 from .sweep import (DATA_FILE, REGIME_SCHEMA, SCHEMA, VARIANTS, device_memory, load_scaling,
                     measure_regime, measure_size,
                     provenance, validate_scaling)
 from .plots import plot_scaling
-from . import events, ledger, network, parameters, plots, randomness, run, sweep
+from . import (events, ledger, network, parameters, plots, randomness, run, sweep,
+               timemodel, timing)
 
-MODULES = (parameters, randomness, events, kernels, push, peer, network, run, ledger,
-           sweep, plots)
+MODULES = (parameters, randomness, events, kernels, push, peer, network, run, timing,
+           ledger, timemodel, sweep, plots)
 
 
 def source_section(title: str) -> str:

@@ -186,7 +186,8 @@ def delivery_functions(sources: np.ndarray, devices, kinds=DELIVERIES,
                            in_specs=(P(None, NEURON), P(None, NEURON), P(NEURON),
                                      P(NEURON)),
                            out_specs=P(NEURON), check_vma=False)
-        return jax.jit(lambda train: fn(train, src, indptr, indices))
+        jitted = jax.jit(fn)  # the graph as arguments: a closure would be folded in
+        return lambda train: jitted(train, src, indptr, indices)
 
     out = {kind: make(steps[kind]) for kind in kinds}
     out["_sharding"] = split2
