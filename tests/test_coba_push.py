@@ -21,7 +21,8 @@ STEPS = 200  # 20 ms: the opening volley (steps 60-70) and after
 def _run(k, **kw):
     net = coba.build(book.devices()[:k], scale=SCALE, **kw)
     sim = coba.Simulation(net, record=("spike", "V"))
-    return net, {name: np.asarray(a) for name, a in sim.run(STEPS).items()}
+    out = {name: np.asarray(a) for name, a in sim.run(STEPS).items()}
+    return net, out, sim.compiled[STEPS].as_text()
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +30,19 @@ def index_run():
     return _run(1)[1]
 
 
-@pytest.mark.parametrize("k", sorted({1, 2, N}))
-def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(k, index_run):
-    net, out = _run(k, conn="push")
+@pytest.fixture(scope="module")
+def push_runs():  # (net, outputs, program text) by (devices, kernel)
+    return {(k, kernel): _run(k, conn="push", kernel=kernel)
+            for k, kernel in sorted({(1, "auto"), (2, "auto"), (N, "auto"), (N, "xla")})}
+
+
+@pytest.mark.parametrize("k, kernel", sorted({(1, "auto"), (2, "auto"), (N, "auto"),
+                                               (N, "xla")}))
+def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(k, kernel, index_run,
+                                                             push_runs):
+    """Spikes and V bit for bit, on 1, 2 and 4 devices; ``kernel="xla"`` is the GPU's
+    path (static event slots), forced on the CPU."""
+    net, out, _ = push_runs[k, kernel]
     assert set(out) == set(index_run)
     for name, want in index_run.items():
         np.testing.assert_array_equal(out[name], want, err_msg=f"{name}, {k} device(s)")
@@ -39,23 +50,14 @@ def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(k, index_run):
     stats = coba.push.burst_stats(net)
     assert all(dropped == 0 for dropped, _ in stats.values())
     assert stats["E"][1] > 0 and stats["E2E"][1] > 0  # it saw spikes and events
+    assert net.E2E.comm.op.cpu_kernels == (kernel == "auto" and coba.kernels.available())
 
 
-def test_the_xla_expansion_gives_the_same_network(index_run):
-    """The GPU path (static event slots), forced on the CPU: identical too."""
-    net, out = _run(N, conn="push", kernel="xla")
-    for name, want in index_run.items():
-        np.testing.assert_array_equal(out[name], want, err_msg=name)
-    assert not net.E2E.comm.op.cpu_kernels
-
-
-def test_the_cpu_kernels_are_used_on_a_cpu():
-    net = coba.build(book.devices(), scale=SCALE, conn="push")
-    text = coba.Simulation(net, record=()).compile(3).as_text()
+def test_the_cpu_kernels_are_used_on_a_cpu(push_runs):
     if coba.kernels.available():
+        text = push_runs[N, "auto"][2]
         assert "shardbook_coba_push" in text and "shardbook_coba_compact" in text
-    xla = coba.build(book.devices(), scale=SCALE, conn="push", kernel="xla")
-    assert "shardbook_coba" not in coba.Simulation(xla, record=()).compile(3).as_text()
+    assert "shardbook_coba" not in push_runs[N, "xla"][2]
 
 
 # ------------------------------------------------------------------ nothing dropped
@@ -89,7 +91,7 @@ def test_a_network_with_too_small_a_buffer_raises_after_the_chunk(kernel):
                      kernel=kernel)
     sim = coba.Simulation(net, record=())
     with pytest.raises(coba.push.DeliveryOverflow, match="spike_capacity"):
-        sim.run(STEPS)  # the opening volley does not fit 1 spike per device
+        sim.run(100)  # the opening volley (steps 60-70) does not fit its few slots
     dropped = {name: d for name, (d, _) in coba.push.burst_stats(net).items()}
     assert dropped["E"] > 0
 
@@ -119,11 +121,10 @@ def unknown_trip_counts(text: str) -> list[str]:
             if _WHILE.search(line) and not _TRIPS.search(line)]
 
 
-def test_every_loop_of_the_push_step_has_a_known_trip_count():
-    push = coba.build(book.devices(), scale=SCALE, conn="push", kernel="xla")
-    text = coba.Simulation(push, record=()).compile(7).as_text()
+def test_every_loop_of_the_push_step_has_a_known_trip_count(push_runs):
+    text = push_runs[N, "xla"][2]  # the GPU's path
     assert unknown_trip_counts(text) == []
-    assert _TRIPS.findall(text) == ["7"]  # the time loop only
+    assert _TRIPS.findall(text) == [str(STEPS)]  # the time loop only
     assert "conditional(" not in text
     # the check can fail: the event CSR's delivery loops have data-dependent trip counts
     event = coba.build(book.devices(), scale=SCALE, conn="event")
@@ -131,12 +132,40 @@ def test_every_loop_of_the_push_step_has_a_known_trip_count():
     assert len(bad) == 4  # one per projection
 
 
-def test_push_exchanges_indices_not_bools():
-    net = coba.build(book.devices(), scale=SCALE, conn="push")
-    compiled = coba.Simulation(net, record=()).compile(3)
-    gathers = sorted(c.nbytes for c in book.hlo.collectives(compiled) if c.per_step)
+def test_push_exchanges_indices_not_bools(push_runs):
+    net, _, text = push_runs[N, "auto"]
+    gathers = sorted(c.nbytes for c in book.hlo.collectives(text) if c.per_step)
     caps = [net.exchange_I.capacity, net.exchange_E.capacity]
     if N == 1:
         assert gathers == []
     else:
         assert gathers == sorted(4 * N * c for c in caps)  # int32 ids, every device's block
+
+
+# ------------------------------------------------------------ compiled for 8 x H200
+GPU_NEURONS = 840_000  # 105,000 per GPU: where the per-device capacity margins are small
+
+
+@pytest.fixture(scope="module")
+def h200():
+    if not book.gputarget.wheels_installed():
+        pytest.skip("GPU-target wheels not installed (./ci/install_gpu_target)")
+    job = dict(builder="shardbook.gputarget_steps:coba_hh", devices=8, text=True,
+               kwargs=dict(conn="push", steps=10, neurons=GPU_NEURONS))
+    return book.gputarget.compile_jobs([job], timeout=900)[0]
+
+
+def test_push_for_8_h200_has_static_loops_and_an_eighth_of_the_bool_exchange(h200):
+    text = h200["text"]
+    assert unknown_trip_counts(text) == [], "a loop would copy its predicate to the host"
+    assert _TRIPS.findall(text) == ["10"] and "conditional(" not in text
+    step = [c for c in h200["collectives"] if c["per_step"]]
+    assert [c["op"] for c in step] == ["all-gather"]  # E and I ids, combined by XLA:GPU
+    n_exc, n_inh = round(0.8 * GPU_NEURONS), GPU_NEURONS - round(0.8 * GPU_NEURONS)
+    caps = [coba.push.spike_capacity(n // 8) for n in (n_exc, n_inh)]
+    assert sorted(step[0]["shapes"]) == sorted(f"s32[{8 * c}]" for c in caps)
+    ids_bytes = sum(c["nbytes"] for c in step)
+    bool_bytes = GPU_NEURONS  # the bool all-gather's result: one byte per neuron
+    assert ids_bytes <= bool_bytes / 8, (ids_bytes, bool_bytes)
+    pred = coba.predict(n_exc, n_inh, 8, "push", counters=True)
+    assert h200["memory"]["arguments"] == pred["arguments"]
