@@ -106,7 +106,7 @@ def model(book, coba, args) -> dict:
     for (conn, _), rep in zip(deliveries.items(), reports[:3]):
         counts = tm.census_counts(rep.pop("text"))
         c = censuses[conn]
-        c.kernels, c.collectives, c.host_syncs = (counts["kernels"], counts["collectives"],
+        c.kernels, c.collectives, c.host_syncs = (counts["launches"], counts["collectives"],
                                                   counts["host_syncs"])
         c.source["counts"] = "XLA:GPU HLO, 8 x H200, 840,000 neurons"
         out["census"][conn] = c.asdict()
@@ -122,7 +122,7 @@ def model(book, coba, args) -> dict:
         pred = coba.predict(n_exc, big - n_exc, 64, conn, counters=True, platform="gpu")
         assert rep["memory"]["arguments"] == pred["arguments"], (rep["memory"], pred)
         c = censuses[conn].at(big)
-        c.kernels, c.collectives, c.host_syncs = (counts["kernels"], counts["collectives"],
+        c.kernels, c.collectives, c.host_syncs = (counts["launches"], counts["collectives"],
                                                   counts["host_syncs"])
         c.exchange_bytes = float(exchange)
         out["plan64"][conn] = dict(

@@ -17,7 +17,7 @@ import brainpy.math as bm
 from .events import EventCSR
 from .peer import BrainEventCSR
 from .push import SPIKE_CAPACITY, PushCSR, SpikeExchange, check as check_delivery
-from .parameters import (DT, GRAPHS, K_EXC, K_INH, NEURON, P_CONN, REPRESENTATIONS, STARTS,
+from .parameters import (DEFAULT_CONN, DT, GRAPHS, K_EXC, K_INH, NEURON, P_CONN, REPRESENTATIONS, STARTS,
                          Cm, EK, El, ENa, Ee, Ei, V_th, VT, g_Kd, g_Na, gl, sizes, taue,
                          taui, we, wi)
 from .randomness import (bernoulli_k_max, bernoulli_sources, random_state,
@@ -171,7 +171,10 @@ class COBAHH(bp.DynSysGroup):
 
     Build it inside ``bm.sharding.device_mesh(devices, [NEURON])``: BrainPy resolves every
     sharding when a model is constructed.  Options:
-      * ``conn``: the representation of the graph (:class:`FixedInDegree`);
+      * ``conn``: the representation of the graph (:class:`FixedInDegree`); ``None``
+        (the default) is ``DEFAULT_CONN``, the push delivery, except for the two
+        demonstrations about the index matrix (``as_variable=False``,
+        ``layout="sliced"``), which get ``"index"``;
       * ``graph``: ``"fixed"`` in-degree ``k`` (default 64 E + 16 I inputs, drawn with
         replacement), ``"bernoulli"`` (each pair with probability 0.02, the benchmark), or
         ``"rows"`` (Bernoulli-like with mean in-degree ``k``, drawn by presynaptic row in
@@ -185,11 +188,13 @@ class COBAHH(bp.DynSysGroup):
         device's neurons that may spike in one step) and kernels (``coba.push``).
     """
 
-    def __init__(self, scale=1, conn="index", as_variable=True, layout="separate", seed=0,
+    def __init__(self, scale=1, conn=None, as_variable=True, layout="separate", seed=0,
                  graph="fixed", start="rest", k=(K_EXC, K_INH), sizes=None, weights=None,
                  spike_capacity=SPIKE_CAPACITY, kernel="auto"):
         super().__init__()
         bm.set_dt(DT)
+        if conn is None:
+            conn = DEFAULT_CONN if as_variable and layout == "separate" else "index"
         if graph not in GRAPHS or start not in STARTS:
             raise ValueError(f"graph must be one of {GRAPHS} and start one of {STARTS}")
         self.n_exc, self.n_inh = sizes if sizes is not None else _sizes(scale)

@@ -30,6 +30,11 @@ GE0_MEAN, GE0_SD = 40., 15.
 GI0_MEAN, GI0_SD = 200., 120.
 
 REPRESENTATIONS = ("index", "mask", "csr", "jit", "event", "push", "brainevent")
+# The delivery a reader gets: the push delivery (coba.push), the fastest measured on one
+# CPU device and the one whose step has no O(N) pass and no data-dependent loop.  The
+# index matrix stays the default of the two demonstrations that are about it: the trap
+# of a closure constant (as_variable=False) and the sliced layout.
+DEFAULT_CONN = "push"
 GRAPHS = ("fixed", "bernoulli", "rows")  # fixed in-degree, Bernoulli, or drawn by row
 STARTS = ("rest", "random")  # conductances at zero, or the benchmark's randomised start
 

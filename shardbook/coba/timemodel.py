@@ -11,7 +11,9 @@ memory, on every device     the same fit's b                       does not shri
 exchange over the link      the all-gathers' result bytes (HLO)    does not shrink
 collective latency          collectives per step (HLO) x NCCL's    grows with n
                             ring latency model
-kernel launches             kernels per step (GPU-target HLO)      does not shrink
+kernel launches             launches per step (GPU-target HLO;     does not shrink
+                            runs of >= 5 fusions are one CUDA
+                            graph, XLA's default command buffers)
 host round-trips            loops whose trip count XLA does not    does not shrink
                             know (HLO ``known_trip_count``)
 ==========================  =====================================  ==================
@@ -86,7 +88,7 @@ class Census:
     fixed_bytes: float
     exchange_bytes: float
     collectives: int
-    kernels: int
+    kernels: int        # launches per step: kernels, or CUDA graphs of several
     host_syncs: int = 0
     source: dict = field(default_factory=dict)
 
@@ -161,10 +163,32 @@ def census_counts(text: str) -> dict:
         raise ValueError("no time loop (while) in this program")
     body = outer[-1]
     ops = [m.group(1) for line in lines_of[body] if (m := _OP.match(line))]
-    kernels = sum(op not in _NOT_KERNELS for op in ops)
+    kernels = [op for op in ops if op not in _NOT_KERNELS]
     collectives = sum(bool(_COLLECTIVE.match(op)) for op in ops)
     syncs = sum(1 for parent, _, known in bodies if parent == body and not known)
-    return dict(kernels=kernels, collectives=collectives, host_syncs=syncs)
+    return dict(kernels=len(kernels), launches=_launches(kernels), collectives=collectives,
+                host_syncs=syncs)
+
+
+# XLA:GPU's defaults (xla/debug_options_flags.cc): fusions, library and custom calls are
+# recorded into command buffers (CUDA graphs), a run of at least 5 becoming one graph
+# (xla_gpu_graph_min_graph_size); collectives, loops and conditionals are not.
+_CAPTURED = {"fusion", "copy", "custom-call"}
+GRAPH_MIN_SIZE = 5
+
+
+def _launches(kernels: list[str]) -> int:
+    """Launches per step: each run of capturable kernels of at least GRAPH_MIN_SIZE is
+    one CUDA graph, shorter runs and everything else launch one by one."""
+    out, run = 0, 0
+    for op in kernels + ["<end>"]:
+        if op in _CAPTURED:
+            run += 1
+            continue
+        out += 1 if run >= GRAPH_MIN_SIZE else run
+        run = 0
+        out += op != "<end>"
+    return out
 
 
 def allgather_latency(n: int, hw: dict = HARDWARE) -> float:
@@ -277,7 +301,7 @@ def measure(conn: str, scale: float = 1, counts=(1, 2, 4), devices=None, steps: 
                    if c.per_step and c.op == "all-gather")
     counted = census_counts(text)
     census = Census(conn, neurons, split, fixed, float(gathered),
-                    counted["collectives"], counted["kernels"], counted["host_syncs"],
+                    counted["collectives"], counted["launches"], counted["host_syncs"],
                     dict(bytes="XLA:CPU cost_analysis, n = " + ", ".join(map(str, counts)),
                          counts=f"XLA:CPU HLO, {max(counts)} device(s)",
                          kwargs={k: str(v) for k, v in kwargs.items()}))

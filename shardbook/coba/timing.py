@@ -285,7 +285,7 @@ def time_steps(variants: dict, steps: int = 500, warmup: int = 1000, repeats: in
     out = {}
     for name, sim in sims.items():
         after = _counts(sim)
-        spikes = {p: after[p] - before[p] for p in after}
+        spikes = {p: after[p] - before[name][p] for p in after}
         total_steps = steps * repeats
         events = sum(float(spikes[p] @ degrees[name][p]) for p in spikes) / total_steps
         n = sum(v.size for v in spikes.values())
