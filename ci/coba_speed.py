@@ -94,6 +94,8 @@ def model(book, coba, args) -> dict:
     big = 100_800_000
     jobs += [dict(builder=builder, devices=8, hosts=8, text=True,
                   kwargs=dict(conn=c, steps=10, neurons=big)) for c in ("index", "push")]
+    jobs += [dict(builder=builder, devices=1, text=True,
+                  kwargs=dict(conn=c, steps=10, neurons=4200)) for c in deliveries]
     pending = gt.start_jobs(jobs, timeout=3600)
     censuses, measured = {}, {}
     for conn, kw in deliveries.items():
@@ -114,13 +116,21 @@ def model(book, coba, args) -> dict:
         out["gpu8"][conn] = dict(memory=rep["memory"], collectives=rep["collectives"],
                                  counts=counts, compile_s=rep["compile_s"])
         out["curves"][conn] = tm.curve(c.at(big))
+    out["gpu1"] = {}
+    for conn, rep in zip(deliveries, reports[5:]):
+        out["gpu1"][conn] = dict(memory=rep["memory"], collectives=rep["collectives"],
+                                 counts=tm.census_counts(rep.pop("text")),
+                                 compile_s=rep["compile_s"])
     n_exc = round(0.8 * big)
-    for conn, rep in zip(("index", "push"), reports[3:]):
+    for conn, rep in zip(("index", "push"), reports[3:5]):
         counts = tm.census_counts(rep.pop("text"))
         step = [c for c in rep["collectives"] if c["per_step"]]
         exchange = sum(c["nbytes"] for c in step)
         pred = coba.predict(n_exc, big - n_exc, 64, conn, counters=True, platform="gpu")
         assert rep["memory"]["arguments"] == pred["arguments"], (rep["memory"], pred)
+        caps = [coba.push.spike_capacity(m // 64) for m in (n_exc, big - n_exc)]
+        want = big if conn == "index" else 4 * 64 * sum(caps)  # bools, or int32 ids
+        assert exchange == want, (conn, exchange, want)
         c = censuses[conn].at(big)
         c.kernels, c.collectives, c.host_syncs = (counts["launches"], counts["collectives"],
                                                   counts["host_syncs"])
@@ -164,6 +174,9 @@ def scaling(book, coba, args) -> list:
                                               graph=graph, counters=True),
                        exchange_bytes_per_step=exchange,
                        bool_exchange_bytes_per_step=n if nd > 1 else 0,
+                       bits_exchange_bytes_per_step=sum(
+                           nd * -(-(m // nd) // 8) for m in (net.n_exc, net.n_inh))
+                       if nd > 1 else 0,
                        events_per_step=events,
                        spikes_per_step=spikes / args.scaling_steps,
                        steps=args.scaling_steps, wall_s=time.perf_counter() - t0)

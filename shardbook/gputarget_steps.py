@@ -14,6 +14,7 @@ Import this module only after :func:`shardbook.setup_devices` (it imports BrainP
 from __future__ import annotations
 
 import warnings
+from math import gcd
 
 import numpy as np
 
@@ -152,7 +153,9 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
     from . import coba
 
     mesh = target.mesh((target.n,), (coba.NEURON,))
-    build_scale = _SMALL_SCALE if neurons is not None else scale
+    # the least multiple of the small scale that every device count splits (840 s / n)
+    small_scale = _SMALL_SCALE * (target.n // gcd(840, target.n))
+    build_scale = small_scale if neurons is not None else scale
     extra = {} if spike_capacity is None else dict(spike_capacity=spike_capacity)
     net = coba.build(target.build_devices(), scale=build_scale, conn=conn, kernel=kernel,
                      **extra)
@@ -166,7 +169,7 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
         return target.bm_step(sim.loop, idx)
     if neurons % 4200:
         raise ValueError(f"neurons must be a multiple of 4200, got {neurons}")
-    small = coba.sizes(_SMALL_SCALE)
+    small = coba.sizes(small_scale)
     big = coba.sizes(neurons / 4200)
     size_map = dict(zip(small, big))
     shapes, apply_sizes = _resize_deliveries(net, small, big, target.n)

@@ -53,6 +53,19 @@ def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(k, kernel, index_r
     assert net.E2E.comm.op.cpu_kernels == (kernel == "auto" and coba.kernels.available())
 
 
+def test_push_on_the_benchmarks_bernoulli_graph():
+    """The published form (Bernoulli p = 0.02, randomised start): padded columns."""
+    kw = dict(graph="bernoulli", start="random", sizes=(336, 84))
+    ref = coba.Simulation(coba.build(book.devices()[:1], conn="index", **kw),
+                          record=("spike", "V")).run(100)
+    out = coba.Simulation(coba.build(book.devices(), conn="push", **kw),
+                          record=("spike", "V")).run(100)
+    for name in ref:
+        np.testing.assert_array_equal(np.asarray(out[name]), np.asarray(ref[name]),
+                                      err_msg=name)
+    assert np.asarray(ref["E.spike"]).sum() > 0
+
+
 def test_the_cpu_kernels_are_used_on_a_cpu(push_runs):
     if coba.kernels.available():
         text = push_runs[N, "auto"][2]

@@ -67,3 +67,12 @@ def test_nccl_ring_latency_and_link_arithmetic():
     t16 = tm.link_seconds(16e6, 16)
     assert t16 == pytest.approx(7e6 / hw["nvlink_bytes_per_s"] + 8e6 / hw["net_bytes_per_s"])
     assert set(tm.SOURCES) == set(hw)  # every hardware figure has its source
+
+
+def test_curves_plot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    c = tm.Census("push", 10**8, 4e9, 1e8, 1e7, 1, 3)
+    ax = coba.plots.plot_time_model({"push": tm.curve(c), "index": tm.curve(c.at(10**7))})
+    assert len(ax.get_lines()) == 2 and ax.get_xscale() == "log"

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["available", "compact", "push", "api_version", "KernelError"]
+__all__ = ["available", "why_not", "compact", "push", "api_version", "KernelError",
+           "TESTED_API_VERSIONS"]
 
 
 class KernelError(RuntimeError):
@@ -183,9 +184,21 @@ def _build():
     return {"compact": compact, "push": push}
 
 
+# The C API versions whose struct layout the offsets above were checked against (jaxlib
+# 0.10.2 ships 0.3).  Another version, or a 32-bit platform, uses the XLA path instead.
+TESTED_API_VERSIONS = {(0, 3)}
+
+
 def _register() -> bool:
     import jax
 
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        _STATE["error"] = "the call-frame offsets assume 64-bit pointers"
+        return False
+    if api_version() not in TESTED_API_VERSIONS:
+        _STATE["error"] = (f"XLA FFI C API {api_version()} is not one whose layout these "
+                           f"kernels were checked against ({sorted(TESTED_API_VERSIONS)})")
+        return False
     try:
         funcs = _build()
         for name, fn in funcs.items():

@@ -38,7 +38,7 @@ import numpy as np
 __all__ = ["HARDWARE", "SOURCES", "Census", "Term", "fit_bytes", "program_bytes",
            "census_counts", "allgather_latency", "link_seconds", "terms", "step_seconds",
            "dominant", "curve", "check_bytes", "s_per_sim_s", "DEVICE_COUNTS",
-           "predicted_bytes", "measure"]
+           "predicted_bytes", "measure", "measure_at"]
 
 HARDWARE = dict(
     hbm_bytes_per_s=4.8e12,       # H200 HBM3e
@@ -303,6 +303,41 @@ def measure(conn: str, scale: float = 1, counts=(1, 2, 4), devices=None, steps: 
     census = Census(conn, neurons, split, fixed, float(gathered),
                     counted["collectives"], counted["launches"], counted["host_syncs"],
                     dict(bytes="XLA:CPU cost_analysis, n = " + ", ".join(map(str, counts)),
+                         counts=f"XLA:CPU HLO, {max(counts)} device(s)",
+                         kwargs={k: str(v) for k, v in kwargs.items()}))
+    return census, measured
+
+
+def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
+               **kwargs) -> tuple[Census, dict]:
+    """:func:`measure` at a size too large to build: each program is built small and
+    traced at ``neurons`` (``shardbook.gputarget_steps.coba_hh``, the GPU-target
+    builder), then compiled for this process's first ``n`` CPU devices.  Nothing of
+    that size is allocated; ``cost_analysis()`` counts the program at that size.
+    """
+    import jax
+
+    from .. import gputarget, gputarget_steps, hlo
+
+    measured, text = {}, None
+    for n in counts:
+        target = gputarget.Target("cpu")
+        target.devices, target.n = target.devices[:n], n
+        fn, args = gputarget_steps.coba_hh(target, conn=conn, neurons=neurons, steps=steps,
+                                           **kwargs)
+        compiled = fn.trace(*args).lower().compile()
+        measured[n] = program_bytes(compiled)
+        text = compiled.as_text()
+        del compiled
+    jax.clear_caches()
+    split, fixed = fit_bytes(list(measured), list(measured.values()))
+    gathered = sum(c.nbytes for c in hlo.collectives(text)
+                   if c.per_step and c.op == "all-gather")
+    counted = census_counts(text)
+    census = Census(conn, neurons, split, fixed, float(gathered),
+                    counted["collectives"], counted["launches"], counted["host_syncs"],
+                    dict(bytes="XLA:CPU cost_analysis of the program traced at size, n = "
+                               + ", ".join(map(str, counts)),
                          counts=f"XLA:CPU HLO, {max(counts)} device(s)",
                          kwargs={k: str(v) for k, v in kwargs.items()}))
     return census, measured
