@@ -17,6 +17,7 @@ Import this module only after :func:`shardbook.setup_devices` (it imports BrainP
 from __future__ import annotations
 
 import warnings
+from math import gcd
 
 import brainpy.math as bm
 import jax
@@ -253,7 +254,8 @@ _SMALL_SCALE = 0.2
 
 
 def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neurons: int | None = None,
-            gather: bool = True):
+            gather: bool = True, conn: str = "index", kernel: str = "auto",
+            spike_capacity: float | None = None):
     """Chapter 4: the COBA-HH loop (``coba.Simulation``), ``steps`` steps, split over ``'neuron'``.
 
     ``neurons`` (a multiple of 4200, 80 % E): compile for that size without building it.  The
@@ -263,30 +265,101 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
     (``tests/test_gputarget.py`` checks that at 4200 neurons).
     ``gather=False`` removes the annotation that makes every device see every spike
     (``COBAHH.replicated`` set to ``None``).
+    ``conn``: the delivery (``"index"``, ``"event"``, ``"push"``); for the CSR deliveries the
+    per-device sizes their code keeps (buffer capacities, block sizes) are recomputed at the
+    size asked for (:func:`_resize_deliveries`).
     """
     from . import coba
 
     mesh = target.mesh((target.n,), (coba.NEURON,))
-    build_scale = _SMALL_SCALE if neurons is not None else scale
-    net = coba.build(target.build_devices(), scale=build_scale)
+    # the least multiple of the small scale that every device count splits (840 s / n)
+    small_scale = _SMALL_SCALE * (target.n // gcd(840, target.n))
+    build_scale = small_scale if neurons is not None else scale
+    extra = {} if spike_capacity is None else dict(spike_capacity=spike_capacity)
+    net = coba.build(target.build_devices(), scale=build_scale, conn=conn, kernel=kernel,
+                     **extra)
     net.mesh = mesh
     net.replicated = NamedSharding(mesh, P()) if gather else None
+    for obj in _delivery_objects(net):
+        obj.mesh = mesh
     sim = coba.Simulation(net, record=record)
     idx = target.struct((steps,), jnp.int32, P())
     if neurons is None:
         return target.bm_step(sim.loop, idx)
     if neurons % 4200:
         raise ValueError(f"neurons must be a multiple of 4200, got {neurons}")
-    small = coba.sizes(_SMALL_SCALE)
+    small = coba.sizes(small_scale)
     big = coba.sizes(neurons / 4200)
     size_map = dict(zip(small, big))
+    shapes, apply_sizes = _resize_deliveries(net, small, big, target.n)
+    size_map.update(shapes)
+    applied = []
 
-    def resize(shape):
+    def resize(shape):  # called per state, after the states were found at the small size
+        if not applied:
+            apply_sizes()  # the deliveries' static sizes, for the trace at size
+            applied.append(True)
         return tuple(size_map.get(d, d) for d in shape)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return target.bm_step(sim.loop, idx, resize=resize)
+
+
+def _delivery_objects(net):
+    """The network's CSR delivery objects (``EventCSR`` and its kinds, the exchanges)."""
+    from .coba.events import EventCSR
+
+    out = list(net.exchanges.values())
+    out += [p.comm.op for p in net.projections.values()
+            if isinstance(getattr(p.comm, "op", None), EventCSR)]
+    return out
+
+
+def _resize_deliveries(net, small, big, devices: int):
+    """The CSR deliveries' arrays and static sizes from ``small`` to ``big`` (E, I)
+    neurons: ``(shape map of their arrays, a function that sets their static sizes)``.
+
+    Raises if two arrays of different meaning share a dimension at the small size (the
+    map could not tell them apart).
+    """
+    from .coba import push
+    from .coba.events import EventCSR, chunk_size
+
+    big_of = dict(zip(small, big))
+    out, todo = {}, []
+
+    def put(old, new):
+        if out.get(old, new) != new or (old in big_of and big_of[old] != new):
+            raise ValueError(f"dimension {old} means two things at the small size")
+        out[old] = new
+
+    for x in net.exchanges.values():
+        n = big_of[x.n]
+        todo.append((x, dict(n=n, n_local=n // devices,
+                             capacity=push.spike_capacity(n // devices, x.fraction))))
+    for proj in net.projections.values():
+        op = getattr(proj.comm, "op", None)
+        if not isinstance(op, EventCSR):
+            continue
+        n_pre, n_post = big_of[op.n_pre], big_of[op.n_post]
+        k = op.indices.value.shape[0] // op.n_post
+        put(devices * (op.n_pre + 1), devices * (n_pre + 1))   # row pointers
+        put(k * op.n_post, k * n_post)                          # synapses (fixed graph)
+        n_local = n_post // devices
+        sizes = dict(n_pre=n_pre, n_post=n_post, n_local=n_local,
+                     chunk=chunk_size(k * n_local))
+        if isinstance(op, push.PushCSR):
+            slots = devices * push.spike_capacity(n_pre // devices, op.fraction)
+            sizes.update(mean_degree=k * n_local / n_pre, slots=slots,
+                         events=push.event_capacity(slots, k * n_local / n_pre))
+        todo.append((op, sizes))
+
+    def apply():
+        for obj, sizes in todo:
+            for key, value in sizes.items():
+                setattr(obj, key, value)
+    return out, apply
 
 
 # --- compat: notebooks not yet migrated (issue 18); remove with them

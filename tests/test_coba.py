@@ -25,7 +25,7 @@ STEPS = 300
 
 @pytest.fixture(scope="module")
 def nets():
-    return {k: coba.build(jax.devices()[:k], scale=SCALE) for k in (1, N)}
+    return {k: coba.build(jax.devices()[:k], scale=SCALE, conn="index") for k in (1, N)}
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_sharded_run_is_bit_identical_to_one_device(runs):
 
 
 def test_random_numbers_do_not_depend_on_the_mesh(initial):
-    ref = {k: np.asarray(a) for k, (c, a) in coba.net_arrays(coba.build(None, scale=SCALE)).items()}
+    ref = {k: np.asarray(a) for k, (c, a) in coba.net_arrays(coba.build(None, scale=SCALE, conn="index")).items()}
     for got in initial.values():
         assert set(got) == set(ref)
         for name, arr in got.items():
@@ -111,12 +111,17 @@ def test_ledger_matches_shards_and_memory_analysis(nets, runs):
         sim = coba.Simulation(net, record=())
         stats = coba.compiled_stats(sim.compile(5))
         assert stats["arguments"] == pred["arguments"] and stats["constants"] == 0
-        assert abs(stats["peak"] - pred["peak"]) <= 0.02 * pred["peak"]
+        # the peak includes the temporaries (XLA's own peak on the CPU leaves them out)
+        assert stats["peak"] == (stats["arguments"] + stats["outputs"]
+                                 + stats["temporaries"] - stats["aliased"])
+        tol = coba.peak_tolerance(n_exc, n_inh, k, pred["temporaries"])
+        assert abs(stats["peak"] - pred["peak"]) <= tol, (stats, pred, tol)
 
 
 def test_closure_constant_is_baked_whole_into_every_program():
     n_exc, n_inh = coba.sizes(SCALE)
     trap = coba.build(jax.devices(), scale=SCALE, as_variable=False)
+    assert trap.conn_kind == "index"  # the trap is the index matrix's
     stats = coba.compiled_stats(coba.Simulation(trap, record=()).compile(5))
     assert stats["constants"] == coba.conn_bytes_total(n_exc, n_inh)  # all of it, not 1/N
     assert stats["arguments"] == coba.predict(n_exc, n_inh, N)["arguments"] - coba.predict(n_exc, n_inh, N)["connectivity"]
@@ -124,7 +129,7 @@ def test_closure_constant_is_baked_whole_into_every_program():
 
 def test_collectives_per_step():
     n_exc, n_inh = coba.sizes(SCALE)
-    net = coba.build(jax.devices(), scale=SCALE)
+    net = coba.build(jax.devices(), scale=SCALE, conn="index")
     prog = book.Program(coba.Simulation(net, record=("spike",)).compile(5))
     print(book.expect.check("coba.step", prog, exc=n_exc, inh=n_inh))
     if N == 1:
@@ -266,7 +271,8 @@ def test_event_delivery_handles_bursts_in_chunks():
 
 def test_bernoulli_graph_is_the_benchmarks_and_shards():
     sizes = (672, 168)
-    nets = {k: coba.build(jax.devices()[:k], graph="bernoulli", start="random", sizes=sizes)
+    nets = {k: coba.build(jax.devices()[:k], graph="bernoulli", start="random", sizes=sizes,
+                          conn="index")
             for k in sorted({1, N})}
     src = np.asarray(nets[1].E2E.comm.conn.value)
     degree = (src < 672).sum(axis=0)

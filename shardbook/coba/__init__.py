@@ -10,12 +10,17 @@ The package is split along the chapter's lines; imports point one way, down this
   parameters   constants and sizes (imports nothing else of the package)
   randomness   random numbers made where they live (``sharded_random``, the graphs)
   events       event-driven connectivity: a CSR per device, delivered under shard_map
+  kernels      the push delivery's CPU kernels (numba cfuncs called by XLA's FFI)
+  push         the push delivery: spike indices exchanged, spiking rows visited
+  peer         brainevent's CSR kernel on each device's CSR (the peer to time against)
   network      the neuron ``HH``, ``FixedInDegree``, the network ``COBAHH``, ``build``
   connectivity what a graph is, read on each device: in-degrees, a fingerprint
   run          ``Simulation`` and activity statistics (rate, CV, Fano factor)
   regimes      the published forms, their regimes, bounds with stated coverage
   checkpoint   save and restore a simulation that names its network (Orbax)
+  timing       fair timings: variants interleaved, repeated, events beside every time
   ledger       the memory model, predicted and measured
+  timemodel    a time model that counts what the compiled step does
   sweep        one size's measurement and the scaling data file of ``ci/coba_sweep.py``
   plots        plots of those measurements
 
@@ -35,22 +40,25 @@ from .randomness import (_compiled, _partitionable, _zeros, _zeros_of, bernoulli
                          zeros_variable)
 from .events import (CHUNK_FRACTION, EventCSR, chunk_size, deliver, local_csr, random_rows,
                      rows_capacity)
+from . import kernels, peer, push
+from .push import DeliveryOverflow, PushCSR, SpikeExchange
 from .network import COBAHH, HH, FixedInDegree, _count_sources, _csr_conn, build
 from .connectivity import fingerprint, in_degree
 from .run import (ISI_EDGES_MS, Simulation, cv_isi, fano_factor, isi_histogram, isis_ms,
                   population_rate, rate_hz, regime)
 from .ledger import (event_bytes, model_bytes, INDEX_BYTES_PER_SYNAPSE, SPIKE_BYTES_PER_NEURON, STATE_BYTES_PER_NEURON,
                      SYNAPSES_PER_NEURON, _leaf, comm_output, compiled_stats, conn_bytes_total,
-                     fit_bytes_per_device, measured_bytes, net_arrays, predict)
+                     fit_bytes_per_device, measured_bytes, net_arrays, peak_tolerance,
+                     predict)
 from .sweep import (DATA_FILE, REGIME_SCHEMA, SCHEMA, VARIANTS, device_memory, load_scaling,
                     measure_regime, measure_size,
                     provenance, validate_scaling)
 from .plots import plot_scaling
 from . import (checkpoint, connectivity, events, ledger, network, parameters, plots,
-               randomness, regimes, run, sweep)
+               randomness, regimes, run, sweep, timemodel, timing)
 
-MODULES = (parameters, randomness, events, network, connectivity, run, regimes,
-           checkpoint, ledger, sweep, plots)
+MODULES = (parameters, randomness, events, kernels, push, peer, network, connectivity, run,
+           timing, regimes, checkpoint, ledger, timemodel, sweep, plots)
 
 
 def source_section(title: str) -> str:

@@ -21,6 +21,9 @@ STATE_BYTES_PER_NEURON = 4 * 4 + 2 * 4   # V, m, h, n and the two conductances g
 SPIKE_BYTES_PER_NEURON = 1               # last step's spikes (bool): the one-step synaptic delay
 INDEX_BYTES_PER_SYNAPSE = 4              # an int32 source index per synapse
 SYNAPSES_PER_NEURON = K_EXC + K_INH      # 80 inputs per neuron at every scale
+# the push delivery's counters on each device: (dropped, largest) as int32, for the two
+# populations' spike buffers and the four projections' event slots
+PUSH_COUNTER_BYTES = 2 * 4 * (2 + 4)
 
 
 def conn_bytes_total(n_exc: int, n_inh: int, kind: str = "index") -> int:
@@ -57,45 +60,88 @@ def event_bytes(n_exc: int, n_inh: int, devices: int, graph: str = "fixed",
     return dict(indices=indices, indptr=indptr, total=indices + indptr)
 
 
+# What the step's program keeps besides its arguments and outputs (its temporaries), per
+# device: (copies of the device's connectivity, bytes per neuron on the device, bytes per
+# neuron of the whole network), by compiler.
+# XLA:CPU 0.10.2, chapter 4's loops (4,200 and 840 neurons, 1 and 4 devices, with and
+# without counters): the index matrix is copied twice into the loop's state, a CSR is
+# not; 16-20 bytes per neuron hold new values while old ones are read; the event CSR's
+# pass over every presynaptic neuron (degree, running sums) keeps 28 bytes per neuron of
+# the network on every device: it does not shrink.
+# XLA:GPU (H200 target, 840,000 neurons on 8): no copy of the index matrix, about 12 bytes
+# per neuron; the event CSR's replicated pass 16 bytes per network neuron; the push
+# delivery's XLA path adds about 13 bytes per event slot (``event_slots``).
+TEMPORARIES = {
+    "cpu": {"index": (2, 16, 0), "mask": (2, 16, 0), "push": (0, 20, 0),
+            "event": (0, 20, 28), "brainevent": (0, 20, 0)},
+    "gpu": {"index": (0, 12, 0), "push": (0, 12, 0), "event": (0, 12, 16)},
+}
+GPU_BYTES_PER_EVENT_SLOT = 13
+TEMPORARY_SLACK_PER_NEURON = 24  # tolerance of the match: XLA's buffer packing ...
+TEMPORARY_SLACK_FRACTION = 0.1   # ... plus this share of the predicted temporaries
+
+
 def predict(n_exc: int, n_inh: int, devices: int, kind: str = "index",
             record_bytes_per_neuron: float = 0, graph: str = "fixed",
-            counters: bool = False) -> dict:
+            counters: bool = False, platform: str = "cpu", event_slots: int = 0) -> dict:
     """Predicted bytes on the fullest device.
 
-    ``record_bytes_per_neuron`` is what the run records per neuron (peak only);
+    ``record_bytes_per_neuron`` is what the run records per neuron (outputs only);
     ``counters``: an int32 spike counter per neuron, an argument of the step (and written).
     Split representations divide by the device count; CSR is held whole on every device; JIT
-    connectivity holds nothing.  ``peak`` adds the step's outputs (a new copy of the state,
-    since the inputs are not donated) and what the run records per neuron.
+    connectivity holds nothing.  ``outputs``: the step's new state (the inputs are not
+    donated) and what the run records; ``temporaries``: what the compiled loop keeps
+    besides, for ``platform`` ``"cpu"`` or ``"gpu"`` (:data:`TEMPORARIES`; on a GPU the
+    push delivery's XLA path adds :data:`GPU_BYTES_PER_EVENT_SLOT` per ``event_slots``,
+    summed over its projections); ``peak`` = arguments + outputs + temporaries, matched against
+    :func:`compiled_stats`'s peak within :func:`peak_tolerance`.
     """
+    if platform not in TEMPORARIES:
+        raise ValueError(f"platform must be one of {tuple(TEMPORARIES)}, not {platform!r}")
     n = n_exc + n_inh
     per = n / devices
-    if kind == "event":
+    csr = kind in ("event", "push", "brainevent")  # EventCSR's per-device CSR
+    if csr:
         conn = event_bytes(n_exc, n_inh, devices, graph)["total"]
     else:
         conn = conn_bytes_total(n_exc, n_inh, kind)
     if kind in ("index", "mask"):
         conn /= devices
     out = dict(state=STATE_BYTES_PER_NEURON * per, delays=SPIKE_BYTES_PER_NEURON * per,
-               connectivity=conn)
-    held = conn if kind in ("index", "mask", "event") else 0
-    out["arguments"] = out["state"] + out["delays"] + held + 4 * counters * per
-    out["peak"] = out["arguments"] + (STATE_BYTES_PER_NEURON + SPIKE_BYTES_PER_NEURON
-                                      + 4 * counters + record_bytes_per_neuron) * per
+               connectivity=conn, counters=PUSH_COUNTER_BYTES if kind == "push" else 0)
+    held = conn if kind in ("index", "mask") or csr else 0
+    out["arguments"] = (out["state"] + out["delays"] + held + 4 * counters * per
+                        + out["counters"])
+    out["outputs"] = (STATE_BYTES_PER_NEURON + SPIKE_BYTES_PER_NEURON + 4 * counters
+                      + record_bytes_per_neuron) * per + out["counters"]
+    copies, per_neuron, per_network_neuron = TEMPORARIES[platform].get(kind, (0, 0, 0))
+    out["temporaries"] = (copies * held + per_neuron * per + per_network_neuron * n
+                          + GPU_BYTES_PER_EVENT_SLOT * event_slots * (platform == "gpu"))
+    out["peak"] = out["arguments"] + out["outputs"] + out["temporaries"]
     if kind == "csr":
         out["peak"] += conn
     return {k: int(round(v)) for k, v in out.items()}
 
 
+def peak_tolerance(n_exc: int, n_inh: int, devices: int, temporaries: float = 0) -> float:
+    """Bytes by which a compiled peak may differ from :func:`predict`'s: XLA's packing of
+    the temporaries, :data:`TEMPORARY_SLACK_PER_NEURON` bytes per neuron on the device
+    plus :data:`TEMPORARY_SLACK_FRACTION` of the predicted ``temporaries``."""
+    return (TEMPORARY_SLACK_PER_NEURON * (n_exc + n_inh) / devices
+            + TEMPORARY_SLACK_FRACTION * temporaries)
+
+
 def fit_bytes_per_device(n: int, devices: int, record_bytes_per_neuron: float = 8) -> float:
-    """Predicted peak bytes per device for ``n`` neurons (index representation), used for sizing.
+    """Predicted peak bytes per device for ``n`` neurons (index representation, XLA:GPU's
+    temporaries), used for sizing GPUs.
 
     ``predict``'s peak plus the gathered presynaptic spikes: one byte per neuron of the *whole*
     network on every device.  The default record is a spike counter per neuron (int32, read and
     written: 8 bytes), as in ``measure_size``.
     """
     n_exc = round(0.8 * n)
-    return predict(n_exc, n - n_exc, devices, "index", record_bytes_per_neuron)["peak"] + n * SPIKE_BYTES_PER_NEURON
+    return (predict(n_exc, n - n_exc, devices, "index", record_bytes_per_neuron,
+                    platform="gpu")["peak"] + n * SPIKE_BYTES_PER_NEURON)
 
 
 def _leaf(x):
@@ -104,8 +150,11 @@ def _leaf(x):
 
 def net_arrays(net: COBAHH) -> dict:
     """Every array of the network by a stable name, e.g. ``"E.V"`` or ``"E2I.conn"``, with its
-    category: ``state``, ``delays`` (last step's spikes) or ``connectivity``."""
+    category: ``state``, ``delays`` (last step's spikes), ``connectivity`` or ``counters``
+    (the push delivery's overflow counters, int32[devices, 2] each)."""
     out = {}
+    for name, x in net.exchanges.items():
+        out[f"{name}.exchange"] = ("counters", _leaf(x.counter))
     for name, pop in net.populations.items():
         for var in ("V", "m", "h", "n"):
             out[f"{name}.{var}"] = ("state", _leaf(getattr(pop, var)))
@@ -116,9 +165,11 @@ def net_arrays(net: COBAHH) -> dict:
         comm = proj.comm
         if hasattr(comm, "conn"):
             out[f"{name}.conn"] = ("connectivity", _leaf(comm.conn))
-        elif comm.kind == "event":
+        elif comm.kind in ("event", "push", "brainevent"):
             out[f"{name}.indptr"] = ("connectivity", _leaf(comm.op.indptr))
             out[f"{name}.indices"] = ("connectivity", _leaf(comm.op.indices))
+            if comm.kind == "push":
+                out[f"{name}.counter"] = ("counters", _leaf(comm.op.counter))
         elif comm.kind == "csr":
             out[f"{name}.indices"] = ("connectivity", jnp.asarray(comm.op.indices))
             out[f"{name}.indptr"] = ("connectivity", jnp.asarray(comm.op.indptr))
@@ -130,7 +181,7 @@ def measured_bytes(net: COBAHH) -> dict:
     from ..shards import bytes_per_device
 
     out = {}
-    for cat in ("state", "delays", "connectivity"):
+    for cat in ("state", "delays", "connectivity", "counters"):
         arrays = [a for c, a in net_arrays(net).values() if c == cat]
         out[cat] = max(bytes_per_device(*arrays).values()) if arrays else 0
     return out
@@ -139,8 +190,10 @@ def measured_bytes(net: COBAHH) -> dict:
 def compiled_stats(compiled) -> dict:
     """Per-device bytes of a compiled program: arguments, outputs, temporaries, peak, constants.
 
-    ``peak`` is XLA's own simulation of the buffer heap (``peak_memory_in_bytes``, absent in
-    old jaxlibs); ``constants`` are the arrays baked into the program text.
+    ``peak`` is what the device holds while the program runs: arguments + outputs
+    - aliased + temporaries.  ``xla_peak`` is XLA's own ``peak_memory_in_bytes`` where
+    it reports one (XLA:CPU's leaves the temporaries out: it equals arguments + outputs
+    for these programs); ``constants`` are the arrays baked into the program text.
     """
     from ..hlo import constant_bytes
 
@@ -149,7 +202,9 @@ def compiled_stats(compiled) -> dict:
         m = m[0]
     out = dict(arguments=int(m.argument_size_in_bytes), outputs=int(m.output_size_in_bytes),
                temporaries=int(m.temp_size_in_bytes), aliased=int(m.alias_size_in_bytes))
-    out["peak"] = int(getattr(m, "peak_memory_in_bytes", 0) or 0)
+    out["peak"] = (out["arguments"] + out["outputs"] - out["aliased"]
+                   + out["temporaries"])
+    out["xla_peak"] = int(getattr(m, "peak_memory_in_bytes", 0) or 0)
     out["constants"] = constant_bytes(compiled)
     return out
 

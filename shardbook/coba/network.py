@@ -15,7 +15,9 @@ import brainpy as bp
 import brainpy.math as bm
 
 from .events import EventCSR
-from .parameters import (DT, GRAPHS, K_EXC, K_INH, KICK_FROM, KICK_NEURONS,
+from .peer import BrainEventCSR
+from .push import SPIKE_CAPACITY, PushCSR, SpikeExchange, check as check_delivery
+from .parameters import (DEFAULT_CONN, DT, GRAPHS, K_EXC, K_INH, KICK_FROM, KICK_NEURONS,
                          KICK_RATE, KICK_TO, NEURON, P_CONN, REPRESENTATIONS, STARTS,
                          Cm, EK, El, ENa, Ee, Ei, V_th, VT, g_Kd, g_Na, gl,
                          nest_initial_gates, sizes, taue, taui, we, wi)
@@ -79,26 +81,37 @@ class FixedInDegree(bp.dnn.Layer):
       * ``"csr"``:   BrainPy's ``EventCSRLinear`` (no ``sharding`` support: held whole);
       * ``"jit"``:   BrainPy's ``EventJitFPHomoLinear``: a new graph with the same
         connection probability k / n_pre, regenerated from a seed at every step;
-      * ``"event"``: :class:`EventCSR`, a CSR by presynaptic row on each device.
+      * ``"event"``: :class:`EventCSR`, a CSR by presynaptic row on each device;
+      * ``"push"``: :class:`PushCSR`, the same CSR, delivered from the gathered indices
+        of the spiking neurons (``shardbook.coba.push``): ``update`` takes those indices;
+      * ``"brainevent"``: the same CSR, delivered by brainevent's kernel on each device
+        (``shardbook.coba.peer``; CPU only).
+    ``spike_capacity`` and ``kernel`` are the push delivery's knobs (``push.PushCSR``).
     ``as_variable=False`` keeps the index or mask as a plain attribute: the trap.
     Sources equal to ``n_pre`` are padding (a Bernoulli graph's shorter columns).
     """
 
     def __init__(self, sources, n_pre, weight, kind="index", as_variable=True, seed=0,
-                 padded=False, rows=None):
+                 padded=False, rows=None, spike_capacity=SPIKE_CAPACITY, kernel="auto"):
         super().__init__()
+        push = dict(fraction=spike_capacity, kernel=kernel)
         if rows is not None:  # (n_post, k, key): an event CSR drawn by row in each block
-            if kind != "event":
-                raise ValueError("a graph drawn by row in each block is stored as 'event'")
+            if kind not in ("event", "push"):
+                raise ValueError("a graph drawn by row in each block is stored as 'event' "
+                                 "or 'push'")
             self.kind, self.weight, self.shape, self.padded = kind, weight, (n_pre, rows[0]), False
             split = bm.sharding.get_sharding([NEURON])
-            self.op = EventCSR(None, n_pre, weight, None if split is None else split.mesh,
-                               rows=rows)
+            mesh = None if split is None else split.mesh
+            if kind == "push":
+                self.op = PushCSR(None, n_pre, weight, mesh, rows=rows, **push)
+            else:
+                self.op = EventCSR(None, n_pre, weight, mesh, rows=rows)
             return
         if kind not in REPRESENTATIONS:
             raise ValueError(f"kind must be one of {REPRESENTATIONS}, not {kind!r}")
-        if padded and kind not in ("index", "event"):
-            raise ValueError(f"a Bernoulli graph is stored as 'index' or 'event', not {kind!r}")
+        if padded and kind not in ("index", "event", "push", "brainevent"):
+            raise ValueError(f"a Bernoulli graph is stored as 'index', 'event' or 'push', "
+                             f"not {kind!r}")
         k, n_post = sources.shape  # sources: the [k, n_post] matrix made by random_state
         self.kind, self.weight, self.shape, self.padded = kind, weight, (n_pre, n_post), padded
         if kind == "jit":
@@ -109,9 +122,14 @@ class FixedInDegree(bp.dnn.Layer):
             whole = _gather(sources)
             self.op = bp.dnn.EventCSRLinear(_csr_conn(whole, n_pre, n_post), weight)
             return
-        if kind == "event":
+        if kind in ("event", "push", "brainevent"):
             split = bm.sharding.get_sharding([NEURON])
-            self.op = EventCSR(sources, n_pre, weight, None if split is None else split.mesh)
+            mesh = None if split is None else split.mesh
+            if kind == "push":
+                self.op = PushCSR(sources, n_pre, weight, mesh, **push)
+            else:
+                cls = BrainEventCSR if kind == "brainevent" else EventCSR
+                self.op = cls(sources, n_pre, weight, mesh)
             return
         if kind == "mask":  # each device counts the sources of its own columns
             sources = sharded_random(_count_sources, sources, [None, NEURON], n_pre)
@@ -120,7 +138,7 @@ class FixedInDegree(bp.dnn.Layer):
         self.conn = bm.Variable(sources) if as_variable else sources
 
     def update(self, spikes):  # spikes: bool[n_pre], the same on every device
-        if self.kind in ("csr", "jit", "event"):
+        if self.kind in ("csr", "jit", "event", "push", "brainevent"):  # push: indices
             return self.op(spikes)
         conn = self.conn.value if isinstance(self.conn, bm.Variable) else self.conn
         if self.kind == "index":
@@ -166,7 +184,10 @@ class COBAHH(bp.DynSysGroup):
 
     Build it inside ``bm.sharding.device_mesh(devices, [NEURON])``: BrainPy resolves every
     sharding when a model is constructed.  Options:
-      * ``conn``: the representation of the graph (:class:`FixedInDegree`);
+      * ``conn``: the representation of the graph (:class:`FixedInDegree`); ``None``
+        (the default) is ``DEFAULT_CONN``, the push delivery, except for the two
+        demonstrations about the index matrix (``as_variable=False``,
+        ``layout="sliced"``), which get ``"index"``;
       * ``graph``: ``"fixed"`` in-degree ``k`` (default 64 E + 16 I inputs, drawn with
         replacement), ``"bernoulli"`` (each pair with probability 0.02, the benchmark), or
         ``"rows"`` (Bernoulli-like with mean in-degree ``k``, drawn by presynaptic row in
@@ -179,14 +200,20 @@ class COBAHH(bp.DynSysGroup):
       * ``layout="sliced"``: the trap variant, one population sliced into E and I;
       * ``sizes``: (n_exc, n_inh) instead of ``scale``, e.g. the benchmark's
         (3200, 800);
+      * ``weights``: (we, wi) in nS instead of the benchmark's (6, 67);
+      * ``spike_capacity``, ``kernel``: the push delivery's buffer (a fraction of each
+        device's neurons that may spike in one step) and kernels (``coba.push``);
       * ``dt``: the time step in ms (``Simulation`` compiles with it).
 
     ``config`` holds every constructor argument (what :func:`build` needs to make the
     same network again) and ``devices``, the mesh's size.
     """
 
-    def __init__(self, scale=1, conn="index", as_variable=True, layout="separate", seed=0,
-                 graph="fixed", start="rest", k=(K_EXC, K_INH), sizes=None, dt=DT):
+    def __init__(self, scale=1, conn=None, as_variable=True, layout="separate", seed=0,
+                 graph="fixed", start="rest", k=(K_EXC, K_INH), sizes=None, weights=None,
+                 spike_capacity=SPIKE_CAPACITY, kernel="auto", dt=DT):
+        if conn is None:
+            conn = DEFAULT_CONN if as_variable and layout == "separate" else "index"
         config = _config(dict(locals()))  # every argument, before anything else
         super().__init__()
         self.config = config
@@ -204,20 +231,28 @@ class COBAHH(bp.DynSysGroup):
         self.split = split
         self.devices = 1 if self.mesh is None else int(self.mesh.shape[NEURON])
         k_exc, k_inh = k
+        w_exc, w_inh = (we, wi) if weights is None else weights
         if layout == "separate":
             pops = (("E", self.n_exc), ("I", self.n_inh))
-            plan = (("E2E", "E", "E", k_exc, we, taue, Ee), ("E2I", "E", "I", k_exc, we, taue, Ee),
-                    ("I2E", "I", "E", k_inh, wi, taui, Ei), ("I2I", "I", "I", k_inh, wi, taui, Ei))
+            plan = (("E2E", "E", "E", k_exc, w_exc, taue, Ee),
+                    ("E2I", "E", "I", k_exc, w_exc, taue, Ee),
+                    ("I2E", "I", "E", k_inh, w_inh, taui, Ei),
+                    ("I2I", "I", "I", k_inh, w_inh, taui, Ei))
         elif layout == "sliced":
             pops = (("N", self.n_exc + self.n_inh),)
-            plan = (("E2N", "E", "N", k_exc, we, taue, Ee), ("I2N", "I", "N", k_inh, wi, taui, Ei))
+            plan = (("E2N", "E", "N", k_exc, w_exc, taue, Ee),
+                    ("I2N", "I", "N", k_inh, w_inh, taui, Ei))
         else:
             raise ValueError(f"layout must be 'separate' or 'sliced', not {layout!r}")
         size = dict(pops, E=self.n_exc, I=self.n_inh)
         key = jax.random.PRNGKey(seed)
         projs = tuple((name, k, size[pre], size[post]) for name, pre, post, k, *_ in plan)
-        if graph == "rows" and conn != "event":
-            raise ValueError("graph='rows' is drawn straight into the 'event' representation")
+        if graph == "rows" and conn not in ("event", "push"):
+            raise ValueError("graph='rows' is drawn straight into the 'event' or 'push' "
+                             "representation")
+        if conn == "push" and layout != "separate":
+            raise ValueError("the push delivery gathers each population's spikes: "
+                             "layout='separate'")
         projs_fixed = projs if graph == "fixed" else ()  # the others are drawn below
         axes = random_state_axes(pops, projs_fixed, start)
         init = sharded_random(random_state, key, axes, pops, projs_fixed, start)
@@ -232,14 +267,19 @@ class COBAHH(bp.DynSysGroup):
 
         for name, _ in pops:
             setattr(self, name, HH(init[f"{name}.V"]))
+        push = dict(spike_capacity=spike_capacity, kernel=kernel)
+        if conn == "push":  # each population's spikes leave as indices (coba.push)
+            self.exchange_E = SpikeExchange(self.n_exc, self.mesh, spike_capacity, kernel)
+            self.exchange_I = SpikeExchange(self.n_inh, self.mesh, spike_capacity, kernel)
         for i, (name, pre, post, k, w, tau, E) in enumerate(plan):
             target = getattr(self, post)
             if graph == "rows":
                 rows = (size[post], k, jax.random.fold_in(key, 100 + i))
-                comm = FixedInDegree(None, size[pre], w, conn, rows=rows)
+                comm = FixedInDegree(None, size[pre], w, conn, rows=rows, **push)
             else:
                 comm = FixedInDegree(init[name], size[pre], w, conn, as_variable,
-                                     seed=1000 * seed + i, padded=graph == "bernoulli")
+                                     seed=1000 * seed + i, padded=graph == "bernoulli",
+                                     **push)
             setattr(self, name, bp.dyn.HalfProjAlignPostMg(
                 comm=comm, syn=bp.dyn.Expon.desc(target.num, tau=tau, sharding=[NEURON]),
                 out=bp.dyn.COBA.desc(E=E), post=target))
@@ -283,18 +323,35 @@ class COBAHH(bp.DynSysGroup):
             full = jax.lax.with_sharding_constraint(full, self.split)
         return full
 
-    def everyone(self, spikes):
-        """Every device needs every presynaptic spike: one all-gather per population."""
+    def everyone(self, spikes, pop=None):
+        """Every device needs every presynaptic spike: one all-gather per population
+        (of the bool vector; with ``conn="push"``, of the spiking neurons' indices)."""
+        if pop is not None and self.exchanges:
+            return self.exchanges[pop](spikes)
         if self.replicated is None:
             return spikes
         return jax.lax.with_sharding_constraint(spikes, self.replicated)
+
+    @property
+    def exchanges(self) -> dict:
+        """The push delivery's :class:`SpikeExchange` per population (else empty)."""
+        if self.conn_kind != "push":
+            return {}
+        return {"E": self.exchange_E, "I": self.exchange_I}
+
+    def after_chunk(self):
+        """Called by ``Simulation.run`` after each chunk: raises if a delivery dropped
+        input (``coba.push.check``)."""
+        if self.conn_kind == "push":
+            check_delivery(self)
 
     def update(self):
         if self.kicked is not None:  # NEST's start: an outside kick into g_e
             syn = self.projections[self.kicked].refs["syn"]
             syn.add_current(self.kick(bp.share["i"]))
         if self.layout == "separate":
-            e, i = self.everyone(self.E.spike.value), self.everyone(self.I.spike.value)
+            e = self.everyone(self.E.spike.value, "E")
+            i = self.everyone(self.I.spike.value, "I")
             self.E2E(e), self.E2I(e), self.I2E(i), self.I2I(i)
             return {"E": self.E(), "I": self.I()}
         s = self.N.spike.value  # slicing a split vector moves E/I between devices

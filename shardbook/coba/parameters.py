@@ -35,7 +35,12 @@ GI0_MEAN, GI0_SD = 200., 120.
 KICK_NEURONS, KICK_RATE = 50, 300.            # neurons, Hz
 KICK_FROM, KICK_TO = 1., 51.                  # ms
 
-REPRESENTATIONS = ("index", "mask", "csr", "jit", "event")
+REPRESENTATIONS = ("index", "mask", "csr", "jit", "event", "push", "brainevent")
+# The delivery a reader gets: the push delivery (coba.push), the fastest measured on one
+# CPU device and the one whose step has no O(N) pass and no data-dependent loop.  The
+# index matrix stays the default of the two demonstrations that are about it: the trap
+# of a closure constant (as_variable=False) and the sliced layout.
+DEFAULT_CONN = "push"
 GRAPHS = ("fixed", "bernoulli", "rows")  # fixed in-degree, Bernoulli, or drawn by row
 # conductances at zero, the benchmark's randomised start (Brian 2), or NEST's kick
 STARTS = ("rest", "random", "kick")

@@ -83,6 +83,9 @@ class Simulation:
         # wait for the whole program: with nothing recorded, only the new state says it is done
         jax.block_until_ready((out, [pop.V.value for pop in self.net.populations.values()]))
         self.t += steps
+        after = getattr(self.net, "after_chunk", None)
+        if after is not None:  # e.g. the push delivery's overflow check (coba.push.check)
+            after()
         return out
 
     def timed_run(self, steps: int) -> tuple[dict, float]:

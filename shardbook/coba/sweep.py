@@ -50,7 +50,7 @@ def measure_size(scale: float, sim_ms: float = 1000., chunk_ms: float = 10., tim
     n_exc, n_inh = sizes(scale)
     steps = int(round(chunk_ms / DT))
     t0 = time.perf_counter()
-    net = build(devs, scale=scale)
+    net = build(devs, scale=scale, conn="index")  # the sweep measures the index matrix
     jax.block_until_ready([_leaf(v) for v in net.vars().values()])
     build_s = time.perf_counter() - t0
     sim = Simulation(net, record=("count",))

@@ -1,0 +1,275 @@
+"""CPU kernels of the push delivery, called by XLA without Python in between.
+
+XLA:CPU runs irregular code slowly: a scatter costs about 10 ns per element and a
+prefix sum (``jnp.cumsum``, lowered to a reduce-window that XLA rewrites into a tree)
+about as much, so a static-shape event expansion pays for its whole capacity every
+step.  brainevent's CPU kernels avoid that with numba, but call it through a Python
+``ctypes`` callback (``brainevent/_op/numba_ffi.py``, ``NumbaCpuFfiHandler``): about
+16 us and the GIL per call, so the 8 simulated devices of the book queue for one lock.
+
+Here the same idea goes one step further: each kernel is a numba ``cfunc`` that *is*
+an XLA typed-FFI handler (``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)``, the C API
+in ``xla/ffi/api/c_api.h``, shipped with jaxlib under ``jax.ffi.include_dir()``).
+XLA calls machine code directly: no Python, no GIL, about 0.1 us per call.  The
+handler reads its buffers from the call frame (byte offsets below, from that header)
+and answers XLA's metadata query with the header's API version.
+
+Two kernels, both exact and bounded by what happened, not by a capacity:
+
+* ``compact(spikes) -> (ids, count)``: the indices of the spiking neurons of one
+  device, in order, into a buffer of static capacity (the rest filled with the
+  sentinel ``len(spikes)``), and how many there were (the overflow check);
+* ``push(ids, indptr, indices) -> (counts, events)``: for every valid id, the row of
+  that source in the device's CSR, one count per synapse (float32, exact for
+  integers), and how many synapses that was.
+
+:func:`available` says whether they registered and passed their self-test on this
+machine; the push delivery uses its XLA path otherwise, and says so.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["available", "why_not", "compact", "push", "api_version", "KernelError",
+           "TESTED_API_VERSIONS"]
+
+
+class KernelError(RuntimeError):
+    """The CPU kernels could not be registered on this machine."""
+
+
+def api_version() -> tuple[int, int]:
+    """``(major, minor)`` of the XLA FFI C API that this jaxlib ships (its header)."""
+    import jax
+
+    header = Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
+    text = header.read_text()
+    major = int(re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text).group(1))
+    minor = int(re.search(r"#define XLA_FFI_API_MINOR (\d+)", text).group(1))
+    return major, minor
+
+
+# Byte offsets in the structs of xla/ffi/api/c_api.h (x86-64 and aarch64: 8-byte
+# pointers, size_t and int64; an enum is 4 bytes, padded to 8 before a pointer).
+# XLA_FFI_CallFrame: struct_size, extension_start, api, ctx, stage, args, rets, ...
+_FRAME_EXT, _FRAME_STAGE, _FRAME_ARGS, _FRAME_RETS = 8, 32, 40, 80
+# XLA_FFI_Args / XLA_FFI_Rets: struct_size, extension_start, size, types, args/rets
+_LIST_SIZE, _LIST_PTRS = 16, 32
+# XLA_FFI_Buffer: struct_size, extension_start, dtype, data, rank, dims
+_BUF_DATA, _BUF_DIMS = 24, 40
+# XLA_FFI_Extension_Base: struct_size, type, next; the metadata extension adds a pointer
+_EXT_TYPE, _EXT_NEXT, _EXT_METADATA = 8, 16, 24
+# XLA_FFI_Metadata: struct_size, api_version {struct_size, extension_start, major,
+# minor}, traits
+_META_MAJOR, _META_MINOR, _META_TRAITS = 24, 28, 32
+_EXTENSION_METADATA = 1      # XLA_FFI_Extension_Metadata
+_STAGE_EXECUTE = 3           # XLA_FFI_ExecutionStage_EXECUTE
+
+_STATE: dict = {}
+
+
+def _build():
+    """Compile the two handlers with numba; returns {name: cfunc}."""
+    import numba
+    from numba import types
+    from llvmlite import ir
+    from numba.extending import intrinsic
+
+    major, minor = api_version()
+
+    @intrinsic
+    def _at(typingctx, base, offset):  # the int64 stored at address base + offset
+        sig = types.int64(types.int64, types.int64)
+
+        def codegen(context, builder, signature, args):
+            addr = builder.add(args[0], args[1])
+            ptr = builder.inttoptr(addr, ir.IntType(64).as_pointer())
+            return builder.load(ptr)
+        return sig, codegen
+
+    @intrinsic
+    def _put32(typingctx, addr, value):  # store an int32 at an address
+        sig = types.void(types.int64, types.int32)
+
+        def codegen(context, builder, signature, args):
+            ptr = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
+            builder.store(args[1], ptr)
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def _view(typingctx, addr, dtype):  # a raw address as a typed pointer
+        ty = dtype.dtype if isinstance(dtype, types.DType) else dtype.instance_type
+        sig = types.CPointer(ty)(types.int64, dtype)
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+        return sig, codegen
+
+    @numba.njit(inline="always")
+    def metadata_query(frame):  # answer XLA's handshake; True if it was one
+        ext = _at(frame, _FRAME_EXT)
+        while ext != 0:
+            if (_at(ext, _EXT_TYPE) & 0xFFFFFFFF) == _EXTENSION_METADATA:
+                meta = _at(ext, _EXT_METADATA)
+                _put32(meta + _META_MAJOR, np.int32(major))
+                _put32(meta + _META_MINOR, np.int32(minor))
+                _put32(meta + _META_TRAITS, np.int32(0))
+                return True
+            ext = _at(ext, _EXT_NEXT)
+        return False
+
+    @numba.njit(inline="always")
+    def buffer(frame, which, i):  # (data address, first dimension) of arg/ret i
+        ptrs = _at(frame, which + _LIST_PTRS)
+        buf = _at(ptrs, 8 * i)
+        return _at(buf, _BUF_DATA), _at(_at(buf, _BUF_DIMS), 0)
+
+    # XLA_FFI_Error* handler(XLA_FFI_CallFrame*): both pointers travel as 64-bit integers
+    # (the same registers in the x86-64 and aarch64 C ABIs); 0 is success.
+    sig = types.int64(types.int64)
+
+    @numba.cfunc(sig, nopython=True)
+    def compact(frame):
+        if metadata_query(frame) or (_at(frame, _FRAME_STAGE) & 0xFFFFFFFF) != _STAGE_EXECUTE:
+            return 0
+        s_addr, n = buffer(frame, _FRAME_ARGS, 0)
+        i_addr, cap = buffer(frame, _FRAME_RETS, 0)
+        c_addr, _ = buffer(frame, _FRAME_RETS, 1)
+        spikes = numba.carray(_view(s_addr, numba.uint8), (n,))
+        ids = numba.carray(_view(i_addr, numba.int32), (cap,))
+        count = numba.carray(_view(c_addr, numba.int32), (1,))
+        c = 0
+        for i in range(n):
+            if spikes[i]:
+                if c < cap:
+                    ids[c] = i
+                c += 1
+        for k in range(min(c, cap), cap):
+            ids[k] = n
+        count[0] = c
+        return 0
+
+    @numba.cfunc(sig, nopython=True)
+    def push(frame):
+        if metadata_query(frame) or (_at(frame, _FRAME_STAGE) & 0xFFFFFFFF) != _STAGE_EXECUTE:
+            return 0
+        d_addr, m = buffer(frame, _FRAME_ARGS, 0)
+        p_addr, rows = buffer(frame, _FRAME_ARGS, 1)
+        x_addr, nnz = buffer(frame, _FRAME_ARGS, 2)
+        o_addr, n_local = buffer(frame, _FRAME_RETS, 0)
+        e_addr, _ = buffer(frame, _FRAME_RETS, 1)
+        ids = numba.carray(_view(d_addr, numba.int32), (m,))
+        indptr = numba.carray(_view(p_addr, numba.int32), (rows,))
+        indices = numba.carray(_view(x_addr, numba.int32), (nnz,))
+        out = numba.carray(_view(o_addr, numba.float32), (n_local,))
+        events = numba.carray(_view(e_addr, numba.int32), (1,))
+        for k in range(n_local):
+            out[k] = 0.0
+        n_pre = rows - 1
+        total = 0
+        for k in range(m):
+            j = ids[k]
+            if 0 <= j < n_pre:
+                total += indptr[j + 1] - indptr[j]
+                for s in range(indptr[j], indptr[j + 1]):
+                    out[indices[s]] += 1.0
+        events[0] = total
+        return 0
+
+    return {"compact": compact, "push": push}
+
+
+# The C API versions whose struct layout the offsets above were checked against (jaxlib
+# 0.10.2 ships 0.3).  Another version, or a 32-bit platform, uses the XLA path instead.
+TESTED_API_VERSIONS = {(0, 3)}
+
+
+def _register() -> bool:
+    import jax
+
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        _STATE["error"] = "the call-frame offsets assume 64-bit pointers"
+        return False
+    if api_version() not in TESTED_API_VERSIONS:
+        _STATE["error"] = (f"XLA FFI C API {api_version()} is not one whose layout these "
+                           f"kernels were checked against ({sorted(TESTED_API_VERSIONS)})")
+        return False
+    try:
+        funcs = _build()
+        for name, fn in funcs.items():
+            capsule = jax.ffi.pycapsule(ctypes.cast(fn.address, ctypes.c_void_p).value)
+            jax.ffi.register_ffi_target(f"shardbook_coba_{name}", capsule, platform="cpu")
+        _STATE["funcs"] = funcs  # keep the machine code alive while XLA may call it
+        _self_test()
+        return True
+    except Exception as err:  # a numba or jaxlib this layout does not fit
+        _STATE["error"] = f"{type(err).__name__}: {err}"
+        return False
+
+
+def _self_test():
+    """The kernels against numpy on a small case, through jit on the CPU."""
+    import jax
+    import jax.numpy as jnp
+
+    with jax.ensure_compile_time_eval():  # also when first asked inside a trace
+        _check_kernels(jax, jnp)
+
+
+def _check_kernels(jax, jnp):
+    rng = np.random.default_rng(0)
+    spikes = rng.random(50) < 0.3
+    cpu = jax.devices("cpu")[0]
+
+    def put(x):
+        return jax.device_put(np.asarray(x), cpu)
+    ids, count = jax.jit(lambda s: compact(s, 8))(put(spikes))
+    want = np.flatnonzero(spikes)
+    if int(count[0]) != want.size or not np.array_equal(
+            np.asarray(ids), np.concatenate([want, np.full(8, 50)])[:8]):
+        raise KernelError("compact disagrees with numpy")
+    indptr = np.array([0, 2, 2, 5], np.int32)
+    indices = np.array([1, 0, 3, 1, 1], np.int32)
+    got, events = jax.jit(lambda i, p, x: push(i, p, x, 4))(
+        put(np.array([2, 0, 3, 3], np.int32)), put(indptr), put(indices))
+    if int(events[0]) != 5 or not np.array_equal(np.asarray(got),
+                                                 np.array([1, 3, 0, 1], np.float32)):
+        raise KernelError("push disagrees with numpy")
+
+
+def available() -> bool:
+    """True when the CPU kernels are registered with XLA and passed their self-test."""
+    if "ok" not in _STATE:
+        _STATE["ok"] = False  # no recursion from the self-test
+        _STATE["ok"] = _register()
+    return _STATE["ok"]
+
+
+def why_not() -> str | None:
+    """Why :func:`available` is False (``None`` when it is True)."""
+    return None if available() else _STATE.get("error", "not registered")
+
+
+def compact(spikes, capacity: int):
+    """``(ids int32[capacity], count int32[1])`` of a bool vector (CPU only)."""
+    import jax
+    import jax.numpy as jnp
+
+    out = (jax.ShapeDtypeStruct((capacity,), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32))
+    return jax.ffi.ffi_call("shardbook_coba_compact", out, vmap_method="sequential")(spikes)
+
+
+def push(ids, indptr, indices, n_local: int):
+    """``(counts float32[n_local], events int32[1])``: one count per synapse of each valid
+    source id, and the number of those synapses (CPU only)."""
+    import jax
+    import jax.numpy as jnp
+
+    out = (jax.ShapeDtypeStruct((n_local,), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.int32))
+    return jax.ffi.ffi_call("shardbook_coba_push", out, vmap_method="sequential")(
+        ids, indptr, indices)

@@ -1,0 +1,343 @@
+"""A time model of one network step that counts what the compiled program does.
+
+Per step and device, five kinds of cost, each kept with the way it scales:
+
+==========================  =====================================  ==================
+term                        counted from                           with n devices
+==========================  =====================================  ==================
+memory, split               XLA's bytes accessed (CPU compiles at  shrinks: a / n
+                            n = 1, 2, 4, ...: the fit a / n + b)
+memory, on every device     the same fit's b                       does not shrink
+exchange over the link      the all-gathers' result bytes (HLO)    does not shrink
+collective latency          collectives per step (HLO) x NCCL's    grows with n
+                            ring latency model
+kernel launches             launches per step (GPU-target HLO;     does not shrink
+                            runs of >= 5 fusions are one CUDA
+                            graph, XLA's default command buffers)
+host round-trips            loops whose trip count XLA does not    does not shrink
+                            know (HLO ``known_trip_count``)
+==========================  =====================================  ==================
+
+Only the first term is divided by ``n``.  :func:`check_bytes` compares a model's
+bytes per device with the compiled programs' and fails when a term that does not
+shrink is divided by ``n`` (``tests/test_coba_timemodel.py`` plants that division).
+
+The hardware figures (:data:`HARDWARE`, each with its source in :data:`SOURCES`) are
+for H200 GPUs, 8 per node on NVLink, nodes on InfiniBand.  The byte counts are XLA:CPU's
+``cost_analysis()`` of the same program (a GPU-target compile reports no costs without a
+GPU): XLA:GPU fuses differently, so read the memory terms as the program's logical
+traffic, not a measured GPU figure.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+__all__ = ["HARDWARE", "SOURCES", "Census", "Term", "fit_bytes", "program_bytes",
+           "census_counts", "allgather_latency", "link_seconds", "terms", "step_seconds",
+           "dominant", "curve", "check_bytes", "s_per_sim_s", "DEVICE_COUNTS",
+           "predicted_bytes", "measure", "measure_at"]
+
+HARDWARE = dict(
+    hbm_bytes_per_s=4.8e12,       # H200 HBM3e
+    nvlink_bytes_per_s=450e9,     # NVLink 4, per direction (900 GB/s both ways)
+    net_bytes_per_s=50e9,         # one 400 Gb/s InfiniBand NDR adapter per GPU
+    gpus_per_node=8,
+    nccl_base_s=6.6e-6,           # NCCL ring, LL protocol: base latency
+    nccl_nvlink_hop_s=0.6e-6,     # ... per intra-node step over NVLink
+    nccl_net_hop_s=2.7e-6,        # ... per inter-node step over the network
+    nccl_net_overhead_s=1.0e-6,   # ... floor of every step once the ring leaves a node
+    launch_s=2e-6,                # one kernel launch on the GPU's stream
+    host_sync_s=10e-6,            # device->host copy of a predicate and a wait
+)
+SOURCES = dict(
+    hbm_bytes_per_s="NVIDIA H200 Tensor Core GPU datasheet: 4.8 TB/s HBM3e",
+    nvlink_bytes_per_s="NVIDIA H200 datasheet: NVLink 900 GB/s (both directions)",
+    net_bytes_per_s="NVIDIA DGX H200 datasheet: 8 x ConnectX-7, 400 Gb/s InfiniBand "
+                    "each (one per GPU)",
+    gpus_per_node="DGX/HGX H200: 8 GPUs on NVLink switches",
+    nccl_base_s="NCCL src/graph/tuning.cc, baseLat[Ring][LL] = 6.6 us",
+    nccl_nvlink_hop_s="NCCL src/graph/tuning.cc, hwLat[NVLINK][Ring][LL] = 0.6 us",
+    nccl_net_hop_s="NCCL src/graph/tuning.cc, hwLat[NET][Ring][LL] = 2.7 us",
+    nccl_net_overhead_s="NCCL src/graph/tuning.cc, getNetOverhead: 1 us (x86, Intel)",
+    launch_s="NVIDIA Technical Blog, 'Getting Started with CUDA Graphs' (2019): launch "
+             "overheads of microseconds per kernel; an order of magnitude, to be "
+             "replaced by a measurement on the GPU",
+    host_sync_s="XLA WhileThunk/ConditionalThunk::ExecuteOnStream (xla/backends/gpu/"
+                "runtime/): Memcpy + BlockHostUntilDone per iteration; ~10 us is an "
+                "order of magnitude (a PCIe round trip and a relaunch)",
+)
+DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+@dataclass
+class Census:
+    """What one delivery's compiled step does, per device and step, at ``neurons``.
+
+    ``split_bytes`` / ``fixed_bytes``: the fit ``bytes(n) = split / n + fixed`` of the
+    per-device bytes accessed; ``exchange_bytes``: result bytes of the step's
+    all-gathers (what every device ends up holding); ``collectives``, ``kernels``,
+    ``host_syncs``: per step.  All bytes scale linearly with the neuron count.
+    """
+
+    name: str
+    neurons: int
+    split_bytes: float
+    fixed_bytes: float
+    exchange_bytes: float
+    collectives: int
+    kernels: int        # launches per step: kernels, or CUDA graphs of several
+    host_syncs: int = 0
+    source: dict = field(default_factory=dict)
+
+    def at(self, neurons: int) -> "Census":
+        """The same program at another size: bytes scale with the neurons."""
+        f = neurons / self.neurons
+        return Census(self.name, neurons, self.split_bytes * f, self.fixed_bytes * f,
+                      self.exchange_bytes * f, self.collectives, self.kernels,
+                      self.host_syncs, dict(self.source, scaled_from=self.neurons))
+
+    def asdict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    seconds: float
+    shrinks: bool
+
+
+def fit_bytes(counts, measured) -> tuple[float, float]:
+    """Least-squares ``(split, fixed)`` with ``measured[i] ~ split / counts[i] + fixed``."""
+    x = np.stack([1 / np.asarray(counts, float), np.ones(len(counts))], axis=1)
+    (split, fixed), *_ = np.linalg.lstsq(x, np.asarray(measured, float), rcond=None)
+    return float(split), float(fixed)
+
+
+def program_bytes(compiled) -> float:
+    """Bytes one device accesses in one run of a compiled program (XLA's cost analysis;
+    the body of a loop is counted once, that is, per step)."""
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0]
+    if not cost or "bytes accessed" not in cost:
+        raise ValueError("this compiled program reports no cost analysis (a GPU-target "
+                         "compile without a GPU reports none)")
+    return float(cost["bytes accessed"])
+
+
+_WHILE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s+=\s+.*\swhile\(.*body=%?([\w.\-]+)")
+_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_COMP = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s+->\s+.*\{\s*$")
+_OP = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s+=\s+.+?\s+([a-z][\w\-]*)\(")
+_NOT_KERNELS = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant",
+                "all-gather-done", "all-reduce-done", "collective-permute-done",
+                "async-done", "copy-done", "partition-id", "replica-id", "after-all",
+                "opt-barrier"}
+_COLLECTIVE = re.compile(r"^(all-gather|all-reduce|reduce-scatter|collective-permute|"
+                         r"all-to-all)(-start)?$")
+
+
+def census_counts(text: str) -> dict:
+    """Per step, from an optimized HLO text: ``kernels`` (top-level instructions of the
+    time loop's body that run as a kernel or a collective), ``collectives``, and
+    ``host_syncs`` (``while`` loops without a known trip count inside the body)."""
+    bodies, lines_of, current = [], {}, None
+    for line in text.splitlines():
+        m = _COMP.match(line)
+        if m:
+            current = m.group(1)
+            lines_of[current] = []
+            continue
+        if current is not None:
+            lines_of[current].append(line)
+            w = _WHILE.match(line)
+            if w:
+                bodies.append((current, w.group(1), bool(_TRIP.search(line))))
+    inner = {b for _, b, _ in bodies}
+    outer = [b for parent, b, _ in bodies if parent not in inner]
+    if not outer:
+        raise ValueError("no time loop (while) in this program")
+    body = outer[-1]
+    ops = [m.group(1) for line in lines_of[body] if (m := _OP.match(line))]
+    kernels = [op for op in ops if op not in _NOT_KERNELS]
+    collectives = sum(bool(_COLLECTIVE.match(op)) for op in ops)
+    syncs = sum(1 for parent, _, known in bodies if parent == body and not known)
+    return dict(kernels=len(kernels), launches=_launches(kernels), collectives=collectives,
+                host_syncs=syncs)
+
+
+# XLA:GPU's defaults (xla/debug_options_flags.cc): fusions, library and custom calls are
+# recorded into command buffers (CUDA graphs), a run of at least 5 becoming one graph
+# (xla_gpu_graph_min_graph_size); collectives, loops and conditionals are not.
+_CAPTURED = {"fusion", "copy", "custom-call"}
+GRAPH_MIN_SIZE = 5
+
+
+def _launches(kernels: list[str]) -> int:
+    """Launches per step: each run of capturable kernels of at least GRAPH_MIN_SIZE is
+    one CUDA graph, shorter runs and everything else launch one by one."""
+    out, run = 0, 0
+    for op in kernels + ["<end>"]:
+        if op in _CAPTURED:
+            run += 1
+            continue
+        out += 1 if run >= GRAPH_MIN_SIZE else run
+        run = 0
+        out += op != "<end>"
+    return out
+
+
+def allgather_latency(n: int, hw: dict = HARDWARE) -> float:
+    """NCCL's ring model of an all-gather's latency over ``n`` GPUs (tuning.cc):
+    base + (steps inside nodes) x intra-node hop + (steps between nodes) x network hop."""
+    if n <= 1:
+        return 0.0
+    nodes = -(-n // hw["gpus_per_node"])
+    steps, inter = n - 1, nodes - 1
+    intra = hw["nccl_nvlink_hop_s"]
+    if nodes > 1:
+        intra = max(intra, hw["nccl_net_overhead_s"])
+    return hw["nccl_base_s"] + (steps - inter) * intra + inter * hw["nccl_net_hop_s"]
+
+
+def link_seconds(gathered_bytes: float, n: int, hw: dict = HARDWARE) -> float:
+    """Seconds to receive the ``(n - 1) / n`` of an all-gather's result that other
+    devices hold: the part from the same node over NVLink, the rest over the network."""
+    if n <= 1:
+        return 0.0
+    g = hw["gpus_per_node"]
+    same_node = (min(n, g) - 1) / n * gathered_bytes
+    other_nodes = max(n - g, 0) / n * gathered_bytes
+    return same_node / hw["nvlink_bytes_per_s"] + other_nodes / hw["net_bytes_per_s"]
+
+
+def terms(c: Census, n: int, hw: dict = HARDWARE) -> list[Term]:
+    """The step's terms on ``n`` devices; only the split memory is divided by ``n``."""
+    return [
+        Term("memory, split", c.split_bytes / n / hw["hbm_bytes_per_s"], True),
+        Term("memory, on every device", c.fixed_bytes / hw["hbm_bytes_per_s"], False),
+        Term("exchange over the link", link_seconds(c.exchange_bytes, n, hw), False),
+        Term("collective latency", c.collectives * allgather_latency(n, hw), False),
+        Term("kernel launches", c.kernels * hw["launch_s"], False),
+        Term("host round-trips", c.host_syncs * hw["host_sync_s"], False),
+    ]
+
+
+def step_seconds(c: Census, n: int, hw: dict = HARDWARE) -> float:
+    return sum(t.seconds for t in terms(c, n, hw))
+
+
+def s_per_sim_s(c: Census, n: int, dt_ms: float = 0.1, hw: dict = HARDWARE) -> float:
+    """Predicted seconds per simulated second (``1000 / dt_ms`` steps)."""
+    return step_seconds(c, n, hw) * 1000 / dt_ms
+
+
+def dominant(c: Census, n: int, hw: dict = HARDWARE) -> str:
+    return max(terms(c, n, hw), key=lambda t: t.seconds).name
+
+
+def curve(c: Census, counts=DEVICE_COUNTS, hw: dict = HARDWARE) -> dict:
+    """Plot data: per device count, each term's seconds, the total and the dominant term."""
+    rows = []
+    for n in counts:
+        ts = terms(c, n, hw)
+        rows.append(dict(devices=n, total_s=sum(t.seconds for t in ts),
+                         dominant=max(ts, key=lambda t: t.seconds).name,
+                         **{t.name: t.seconds for t in ts}))
+    return dict(name=c.name, neurons=c.neurons, rows=rows,
+                shrinks={t.name: t.shrinks for t in terms(c, 1, hw)})
+
+
+def predicted_bytes(c: Census, n: int, hw: dict = HARDWARE) -> float:
+    """Bytes per device and step that the memory terms charge (inverted from seconds)."""
+    return sum(t.seconds for t in terms(c, n, hw)
+               if t.name.startswith("memory")) * hw["hbm_bytes_per_s"]
+
+
+def check_bytes(c: Census, measured: dict, rtol: float = 0.1,
+                model=predicted_bytes) -> None:
+    """Assert the model's bytes per device against compiled programs' ``{n: bytes}``
+    (same neuron count).  A model that divides a non-shrinking term by ``n`` fails."""
+    bad = []
+    for n, got in sorted(measured.items()):
+        want = model(c, n)
+        if abs(want - got) > rtol * got:
+            bad.append(f"{n} device(s): model {want:,.0f} B, program {got:,.0f} B")
+    if bad:
+        raise AssertionError(f"{c.name}: the time model's bytes per device disagree "
+                             "with the compiled program:\n  " + "\n  ".join(bad))
+
+
+def measure(conn: str, scale: float = 1, counts=(1, 2, 4), devices=None, steps: int = 4,
+            **kwargs) -> tuple[Census, dict]:
+    """Compile the step of ``build(devices[:n], scale=scale, conn=conn, **kwargs)`` for
+    each ``n`` in ``counts`` (no recording), and count what it does.
+
+    Returns the :class:`Census` (bytes fitted over the counts; exchange bytes, kernels,
+    collectives and host round-trips read from the largest count's XLA:CPU program:
+    replace those with a GPU-target compile's :func:`census_counts` where one exists)
+    and the measured ``{n: bytes per device}`` that :func:`check_bytes` compares with.
+    """
+    import jax
+
+    from .. import hlo
+    from .network import build
+    from .run import Simulation
+
+    devices = list(devices) if devices is not None else jax.devices()
+    measured, text, compiled = {}, None, None
+    for n in counts:
+        net = build(devices[:n], scale=scale, conn=conn, **kwargs)
+        compiled = Simulation(net, record=()).compile(steps)
+        measured[n] = program_bytes(compiled)
+    neurons = net.n_exc + net.n_inh
+    text = compiled.as_text()
+    split, fixed = fit_bytes(list(measured), list(measured.values()))
+    gathered = sum(c.nbytes for c in hlo.collectives(text)
+                   if c.per_step and c.op == "all-gather")
+    counted = census_counts(text)
+    census = Census(conn, neurons, split, fixed, float(gathered),
+                    counted["collectives"], counted["launches"], counted["host_syncs"],
+                    dict(bytes="XLA:CPU cost_analysis, n = " + ", ".join(map(str, counts)),
+                         counts=f"XLA:CPU HLO, {max(counts)} device(s)",
+                         kwargs={k: str(v) for k, v in kwargs.items()}))
+    return census, measured
+
+
+def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
+               **kwargs) -> tuple[Census, dict]:
+    """:func:`measure` at a size too large to build: each program is built small and
+    traced at ``neurons`` (``shardbook.gputarget_steps.coba_hh``, the GPU-target
+    builder), then compiled for this process's first ``n`` CPU devices.  Nothing of
+    that size is allocated; ``cost_analysis()`` counts the program at that size.
+    """
+    import jax
+
+    from .. import gputarget, gputarget_steps, hlo
+
+    measured, text = {}, None
+    for n in counts:
+        target = gputarget.Target("cpu")
+        target.devices, target.n = target.devices[:n], n
+        fn, args = gputarget_steps.coba_hh(target, conn=conn, neurons=neurons, steps=steps,
+                                           **kwargs)
+        compiled = fn.trace(*args).lower().compile()
+        measured[n] = program_bytes(compiled)
+        text = compiled.as_text()
+        del compiled
+    jax.clear_caches()
+    split, fixed = fit_bytes(list(measured), list(measured.values()))
+    gathered = sum(c.nbytes for c in hlo.collectives(text)
+                   if c.per_step and c.op == "all-gather")
+    counted = census_counts(text)
+    census = Census(conn, neurons, split, fixed, float(gathered),
+                    counted["collectives"], counted["launches"], counted["host_syncs"],
+                    dict(bytes="XLA:CPU cost_analysis of the program traced at size, n = "
+                               + ", ".join(map(str, counts)),
+                         counts=f"XLA:CPU HLO, {max(counts)} device(s)",
+                         kwargs={k: str(v) for k, v in kwargs.items()}))
+    return census, measured

@@ -1,0 +1,184 @@
+"""The push delivery of chapter 4 (``coba.push``): exact, static, and loud on overflow.
+
+conftest.py starts JAX with 4 simulated CPU devices.  Small networks (scale 0.1: 336 E
++ 84 I neurons, both divisible by 1, 2, 3, 4, 6, 7 and 12) keep the file short.
+"""
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from shardbook import book
+
+coba = book.coba
+N = len(book.devices())
+SCALE = 0.1
+STEPS = 200  # 20 ms: the opening volley (steps 60-70) and after
+
+
+def _run(k, **kw):
+    net = coba.build(book.devices()[:k], scale=SCALE, **kw)
+    sim = coba.Simulation(net, record=("spike", "V"))
+    out = {name: np.asarray(a) for name, a in sim.run(STEPS).items()}
+    return net, out, sim.compiled[STEPS].as_text()
+
+
+@pytest.fixture(scope="module")
+def index_run():
+    return _run(1)[1]
+
+
+@pytest.fixture(scope="module")
+def push_runs():  # (net, outputs, program text) by (devices, kernel)
+    return {(k, kernel): _run(k, conn="push", kernel=kernel)
+            for k, kernel in sorted({(1, "auto"), (2, "auto"), (N, "auto"), (N, "xla")})}
+
+
+@pytest.mark.parametrize("k, kernel", sorted({(1, "auto"), (2, "auto"), (N, "auto"),
+                                               (N, "xla")}))
+def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(k, kernel, index_run,
+                                                             push_runs):
+    """Spikes and V bit for bit, on 1, 2 and 4 devices; ``kernel="xla"`` is the GPU's
+    path (static event slots), forced on the CPU."""
+    net, out, _ = push_runs[k, kernel]
+    assert set(out) == set(index_run)
+    for name, want in index_run.items():
+        np.testing.assert_array_equal(out[name], want, err_msg=f"{name}, {k} device(s)")
+    assert index_run["E.spike"].sum() > 50 and index_run["I.spike"].sum() > 10
+    stats = coba.push.burst_stats(net)
+    assert all(dropped == 0 for dropped, _ in stats.values())
+    assert stats["E"][1] > 0 and stats["E2E"][1] > 0  # it saw spikes and events
+    assert net.E2E.comm.op.cpu_kernels == (kernel == "auto" and coba.kernels.available())
+
+
+def test_push_on_the_benchmarks_bernoulli_graph():
+    """The published form (Bernoulli p = 0.02, randomised start): padded columns."""
+    kw = dict(graph="bernoulli", start="random", sizes=(336, 84))
+    ref = coba.Simulation(coba.build(book.devices()[:1], conn="index", **kw),
+                          record=("spike", "V")).run(100)
+    out = coba.Simulation(coba.build(book.devices(), conn="push", **kw),
+                          record=("spike", "V")).run(100)
+    for name in ref:
+        np.testing.assert_array_equal(np.asarray(out[name]), np.asarray(ref[name]),
+                                      err_msg=name)
+    assert np.asarray(ref["E.spike"]).sum() > 0
+
+
+def test_the_cpu_kernels_are_used_on_a_cpu(push_runs):
+    if coba.kernels.available():
+        text = push_runs[N, "auto"][2]
+        assert "shardbook_coba_push" in text and "shardbook_coba_compact" in text
+    assert "shardbook_coba" not in push_runs[N, "xla"][2]
+
+
+# ------------------------------------------------------------------ nothing dropped
+def test_a_planted_overflow_of_the_spike_buffer_is_counted_exactly():
+    x = coba.push.SpikeExchange(40, None, fraction=0.01)
+    cap = x.capacity
+    on = np.arange(0, 40, 3)[:cap + 2]  # two more spikes than there is room for
+    spikes = jnp.zeros(40, bool).at[on].set(True)
+    ids = np.asarray(x.update(spikes))  # eagerly: the counter is a BrainPy Variable
+    np.testing.assert_array_equal(ids, on[:cap])  # the first ones, in order
+    np.testing.assert_array_equal(np.asarray(x.counter.value), [[2, cap + 2]])
+    with pytest.raises(coba.push.DeliveryOverflow, match="spike_capacity"):
+        coba.push.check(type("Net", (), {"exchanges": {"E": x}, "projections": {}})())
+
+
+def test_a_planted_overflow_of_the_event_slots_is_counted_exactly():
+    sources = jax.random.randint(jax.random.PRNGKey(1), (7, 12), 0, 30, dtype=jnp.int32)
+    indptr, indices = coba.local_csr(sources, 30)
+    ids = jnp.array([0, 3, 4, 29, 30, 30], jnp.int32)  # 30: the sentinel
+    want = np.isin(np.asarray(sources), [0, 3, 4, 29]).sum(axis=0)
+    counts, total = coba.push.expand(ids, indptr, indices, 12, slots=200)
+    np.testing.assert_array_equal(np.asarray(counts), want)
+    assert int(total) == want.sum()
+    short, total = coba.push.expand(ids, indptr, indices, 12, slots=int(want.sum()) - 3)
+    assert int(total) == want.sum() and np.asarray(short).sum() == want.sum() - 3
+
+
+@pytest.mark.parametrize("kernel", ["auto", "xla"])
+def test_a_network_with_too_small_a_buffer_raises_after_the_chunk(kernel):
+    net = coba.build(book.devices(), scale=SCALE, conn="push", spike_capacity=0.001,
+                     kernel=kernel)
+    sim = coba.Simulation(net, record=())
+    with pytest.raises(coba.push.DeliveryOverflow, match="spike_capacity"):
+        sim.run(100)  # the opening volley (steps 60-70) does not fit its few slots
+    dropped = {name: d for name, (d, _) in coba.push.burst_stats(net).items()}
+    assert dropped["E"] > 0
+
+
+def test_capacity_arithmetic():
+    assert coba.push.spike_capacity(100_000) == int(np.ceil(2500 + 6 * 50 + 1))
+    assert coba.push.spike_capacity(10) == 5  # never more than the neurons, here fewer
+    assert coba.push.spike_capacity(4, 1.0) == 4
+    with pytest.raises(ValueError, match="fraction"):
+        coba.push.spike_capacity(100, 0.0)
+    with pytest.raises(ValueError, match="kernel"):
+        coba.build(None, scale=SCALE, conn="push", kernel="cuda")
+    with pytest.raises(ValueError, match="separate"):
+        coba.build(None, scale=SCALE, conn="push", layout="sliced")
+
+
+# --------------------------------------------------------------- static, no host trips
+_WHILE = re.compile(r"=\s.*\swhile\(")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+def unknown_trip_counts(text: str) -> list[str]:
+    """The ``while`` instructions of an optimized HLO text whose trip count XLA does not
+    know (``known_trip_count`` in the backend config).  A local reader until
+    ``shardbook.hlo.Program.whiles`` lands."""
+    return [line.split("=")[0].strip() for line in text.splitlines()
+            if _WHILE.search(line) and not _TRIPS.search(line)]
+
+
+def test_every_loop_of_the_push_step_has_a_known_trip_count(push_runs):
+    text = push_runs[N, "xla"][2]  # the GPU's path
+    assert unknown_trip_counts(text) == []
+    assert _TRIPS.findall(text) == [str(STEPS)]  # the time loop only
+    assert "conditional(" not in text
+    # the check can fail: the event CSR's delivery loops have data-dependent trip counts
+    event = coba.build(book.devices(), scale=SCALE, conn="event")
+    bad = unknown_trip_counts(coba.Simulation(event, record=()).compile(7).as_text())
+    assert len(bad) == 4  # one per projection
+
+
+def test_push_exchanges_indices_not_bools(push_runs):
+    net, _, text = push_runs[N, "auto"]
+    gathers = sorted(c.nbytes for c in book.hlo.collectives(text) if c.per_step)
+    caps = [net.exchange_I.capacity, net.exchange_E.capacity]
+    if N == 1:
+        assert gathers == []
+    else:
+        assert gathers == sorted(4 * N * c for c in caps)  # int32 ids, every device's block
+
+
+# ------------------------------------------------------------ compiled for 8 x H200
+GPU_NEURONS = 840_000  # 105,000 per GPU: where the per-device capacity margins are small
+
+
+@pytest.fixture(scope="module")
+def h200():
+    if not book.gputarget.wheels_installed():
+        pytest.skip("GPU-target wheels not installed (./ci/install_gpu_target)")
+    job = dict(builder="shardbook.gputarget_steps:coba_hh", devices=8, text=True,
+               kwargs=dict(conn="push", steps=10, neurons=GPU_NEURONS))
+    return book.gputarget.compile_jobs([job], timeout=900)[0]
+
+
+def test_push_for_8_h200_has_static_loops_and_an_eighth_of_the_bool_exchange(h200):
+    text = h200["text"]
+    assert unknown_trip_counts(text) == [], "a loop would copy its predicate to the host"
+    assert _TRIPS.findall(text) == ["10"] and "conditional(" not in text
+    step = [c for c in h200["collectives"] if c["per_step"]]
+    assert [c["op"] for c in step] == ["all-gather"]  # E and I ids, combined by XLA:GPU
+    n_exc, n_inh = round(0.8 * GPU_NEURONS), GPU_NEURONS - round(0.8 * GPU_NEURONS)
+    caps = [coba.push.spike_capacity(n // 8) for n in (n_exc, n_inh)]
+    assert sorted(step[0]["shapes"]) == sorted(f"s32[{8 * c}]" for c in caps)
+    ids_bytes = sum(c["nbytes"] for c in step)
+    bool_bytes = GPU_NEURONS  # the bool all-gather's result: one byte per neuron
+    assert ids_bytes <= bool_bytes / 8, (ids_bytes, bool_bytes)
+    pred = coba.predict(n_exc, n_inh, 8, "push", counters=True)
+    assert h200["memory"]["arguments"] == pred["arguments"]
