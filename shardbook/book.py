@@ -48,6 +48,7 @@ _MODULES = {
     "child": "child",              # one child-process protocol: clean env, JSON back
     "cluster": "cluster",          # cluster failures reproduced on one machine (5c)
     "private": "private",          # every private JAX/brainstate/Orbax touch point
+    "hardware": "hardware",        # cited GPU figures (H200, H100) for the cost models
 }
 _NAMES = {
     "Program": ("hlo", "Program"),

@@ -25,7 +25,7 @@ PRIVATE_PATTERNS = [
     (re.compile(r"\bfrom\s+(jax|jaxlib|orbax[.\w]*|brainstate|brainpy)\S*\s+import\s+_"),
      "a private import"),
     (re.compile(r"\._value\b"), "State._value"),
-    (re.compile(r"_cache_size\b"), "jit's _cache_size"),
+    (re.compile(r"(?<![A-Za-z0-9])_cache_size\b"), "jit's _cache_size"),
     (re.compile(r"\b(get_state_trace|stateful_fun|jitted_fun)\b"), "brainstate's jit internals"),
     (re.compile(r"\bmyst_nb\.core\b"), "myst-nb internals"),
     (re.compile(r"\bxla_bridge\b"), "jax's xla_bridge"),

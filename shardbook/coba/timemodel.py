@@ -40,35 +40,8 @@ __all__ = ["HARDWARE", "SOURCES", "Census", "Term", "fit_bytes", "program_bytes"
            "dominant", "curve", "check_bytes", "s_per_sim_s", "DEVICE_COUNTS",
            "predicted_bytes", "measure", "measure_at"]
 
-HARDWARE = dict(
-    hbm_bytes_per_s=4.8e12,       # H200 HBM3e
-    nvlink_bytes_per_s=450e9,     # NVLink 4, per direction (900 GB/s both ways)
-    net_bytes_per_s=50e9,         # one 400 Gb/s InfiniBand NDR adapter per GPU
-    gpus_per_node=8,
-    nccl_base_s=6.6e-6,           # NCCL ring, LL protocol: base latency
-    nccl_nvlink_hop_s=0.6e-6,     # ... per intra-node step over NVLink
-    nccl_net_hop_s=2.7e-6,        # ... per inter-node step over the network
-    nccl_net_overhead_s=1.0e-6,   # ... floor of every step once the ring leaves a node
-    launch_s=2e-6,                # one kernel launch on the GPU's stream
-    host_sync_s=10e-6,            # device->host copy of a predicate and a wait
-)
-SOURCES = dict(
-    hbm_bytes_per_s="NVIDIA H200 Tensor Core GPU datasheet: 4.8 TB/s HBM3e",
-    nvlink_bytes_per_s="NVIDIA H200 datasheet: NVLink 900 GB/s (both directions)",
-    net_bytes_per_s="NVIDIA DGX H200 datasheet: 8 x ConnectX-7, 400 Gb/s InfiniBand "
-                    "each (one per GPU)",
-    gpus_per_node="DGX/HGX H200: 8 GPUs on NVLink switches",
-    nccl_base_s="NCCL src/graph/tuning.cc, baseLat[Ring][LL] = 6.6 us",
-    nccl_nvlink_hop_s="NCCL src/graph/tuning.cc, hwLat[NVLINK][Ring][LL] = 0.6 us",
-    nccl_net_hop_s="NCCL src/graph/tuning.cc, hwLat[NET][Ring][LL] = 2.7 us",
-    nccl_net_overhead_s="NCCL src/graph/tuning.cc, getNetOverhead: 1 us (x86, Intel)",
-    launch_s="NVIDIA Technical Blog, 'Getting Started with CUDA Graphs' (2019): launch "
-             "overheads of microseconds per kernel; an order of magnitude, to be "
-             "replaced by a measurement on the GPU",
-    host_sync_s="XLA WhileThunk/ConditionalThunk::ExecuteOnStream (xla/backends/gpu/"
-                "runtime/): Memcpy + BlockHostUntilDone per iteration; ~10 us is an "
-                "order of magnitude (a PCIe round trip and a relaunch)",
-)
+from ..hardware import HARDWARE, SOURCES, allgather_latency, link_seconds  # noqa: E402
+
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -189,30 +162,6 @@ def _launches(kernels: list[str]) -> int:
         run = 0
         out += op != "<end>"
     return out
-
-
-def allgather_latency(n: int, hw: dict = HARDWARE) -> float:
-    """NCCL's ring model of an all-gather's latency over ``n`` GPUs (tuning.cc):
-    base + (steps inside nodes) x intra-node hop + (steps between nodes) x network hop."""
-    if n <= 1:
-        return 0.0
-    nodes = -(-n // hw["gpus_per_node"])
-    steps, inter = n - 1, nodes - 1
-    intra = hw["nccl_nvlink_hop_s"]
-    if nodes > 1:
-        intra = max(intra, hw["nccl_net_overhead_s"])
-    return hw["nccl_base_s"] + (steps - inter) * intra + inter * hw["nccl_net_hop_s"]
-
-
-def link_seconds(gathered_bytes: float, n: int, hw: dict = HARDWARE) -> float:
-    """Seconds to receive the ``(n - 1) / n`` of an all-gather's result that other
-    devices hold: the part from the same node over NVLink, the rest over the network."""
-    if n <= 1:
-        return 0.0
-    g = hw["gpus_per_node"]
-    same_node = (min(n, g) - 1) / n * gathered_bytes
-    other_nodes = max(n - g, 0) / n * gathered_bytes
-    return same_node / hw["nvlink_bytes_per_s"] + other_nodes / hw["net_bytes_per_s"]
 
 
 def terms(c: Census, n: int, hw: dict = HARDWARE) -> list[Term]:

@@ -1,0 +1,136 @@
+"""The GPU figures the book's time and cost models use, each with its source.
+
+:data:`HARDWARE` and :data:`SOURCES` are the H200 figures of chapter 4's time model
+(8 GPUs per node on NVLink, nodes on InfiniBand, NCCL's ring latencies, a kernel
+launch, a host round trip).  :data:`GPUS` gives the same figures per GPU, with the
+H100 SXM's where they differ and what chapter 3's cost model needs besides: peak
+FLOP/s, the L2 cache and the device memory that XLA's device spec reports; every
+figure is cited in :data:`GPU_SOURCES`.  They are cited, not measured: a model built
+on them says how a step scales, and within which uncertainty, not what a GPU times.
+
+:func:`allgather_latency` and :func:`link_seconds` are NCCL's ring model of an
+all-gather over ``n`` GPUs, on these figures.
+
+This module imports neither JAX nor BrainPy.
+"""
+from __future__ import annotations
+
+__all__ = ["GPUS", "GPU_SOURCES", "HARDWARE", "SOURCES", "allgather_latency", "gpu",
+           "link_seconds"]
+
+# region: hardware.h200
+HARDWARE = dict(
+    hbm_bytes_per_s=4.8e12,       # H200 HBM3e
+    nvlink_bytes_per_s=450e9,     # NVLink 4, per direction (900 GB/s both ways)
+    net_bytes_per_s=50e9,         # one 400 Gb/s InfiniBand NDR adapter per GPU
+    gpus_per_node=8,
+    nccl_base_s=6.6e-6,           # NCCL ring, LL protocol: base latency
+    nccl_nvlink_hop_s=0.6e-6,     # ... per intra-node step over NVLink
+    nccl_net_hop_s=2.7e-6,        # ... per inter-node step over the network
+    nccl_net_overhead_s=1.0e-6,   # ... floor of every step once the ring leaves a node
+    launch_s=2e-6,                # one kernel launch on the GPU's stream
+    host_sync_s=10e-6,            # device->host copy of a predicate and a wait
+)
+# endregion
+SOURCES = dict(
+    hbm_bytes_per_s="NVIDIA H200 Tensor Core GPU datasheet: 4.8 TB/s HBM3e",
+    nvlink_bytes_per_s="NVIDIA H200 datasheet: NVLink 900 GB/s (both directions)",
+    net_bytes_per_s="NVIDIA DGX H200 datasheet: 8 x ConnectX-7, 400 Gb/s InfiniBand "
+                    "each (one per GPU)",
+    gpus_per_node="DGX/HGX H200: 8 GPUs on NVLink switches",
+    nccl_base_s="NCCL src/graph/tuning.cc, baseLat[Ring][LL] = 6.6 us",
+    nccl_nvlink_hop_s="NCCL src/graph/tuning.cc, hwLat[NVLINK][Ring][LL] = 0.6 us",
+    nccl_net_hop_s="NCCL src/graph/tuning.cc, hwLat[NET][Ring][LL] = 2.7 us",
+    nccl_net_overhead_s="NCCL src/graph/tuning.cc, getNetOverhead: 1 us (x86, Intel)",
+    launch_s="NVIDIA Technical Blog, 'Getting Started with CUDA Graphs' (2019): launch "
+             "overheads of microseconds per kernel; an order of magnitude, to be "
+             "replaced by a measurement on the GPU",
+    host_sync_s="XLA WhileThunk/ConditionalThunk::ExecuteOnStream (xla/backends/gpu/"
+                "runtime/): Memcpy + BlockHostUntilDone per iteration; ~10 us is an "
+                "order of magnitude (a PCIe round trip and a relaunch)",
+)
+
+# region: hardware.gpus
+# Per GPU: HARDWARE's figures (the H100 SXM's where they differ), plus peak arithmetic,
+# the L2 cache and the device memory.  Dense peaks: the datasheets' larger Tensor Core
+# numbers are "with sparsity", twice the dense ones.
+_H200_MORE = dict(
+    fp32_flops=67e12,             # FP32 (no Tensor Cores)
+    bf16_flops=989e12,            # BF16 Tensor Core, dense
+    l2_bytes=52_428_800,          # 50 MiB
+    memory_bytes=151_397_597_184,  # what the device reports: 141 GiB
+    memory_datasheet_bytes=141e9,  # the datasheet's 141 GB
+)
+GPUS = {
+    "h200": {**HARDWARE, **_H200_MORE},
+    "h100_sxm": {**HARDWARE, **_H200_MORE,
+                 "hbm_bytes_per_s": 3.35e12,           # HBM3
+                 "memory_bytes": 84_942_979_072,       # 79.1 GiB
+                 "memory_datasheet_bytes": 80e9},
+}
+# endregion
+_SPEC = "XLA's device spec, xla/backends/gpu/target_config/specs/{} (shardbook/gpu_specs)"
+GPU_SOURCES = {
+    "h200": {
+        **SOURCES,
+        "fp32_flops": "NVIDIA H200 datasheet: FP32 67 TFLOPS",
+        "bf16_flops": "NVIDIA H200 datasheet: BF16 Tensor Core 1,979 TFLOPS with "
+                      "sparsity, so 989 dense",
+        "l2_bytes": _SPEC.format("h200.txtpb") + ": l2_cache_size 52428800; NVIDIA "
+                    "Hopper architecture whitepaper: 50 MB L2",
+        "memory_bytes": _SPEC.format("h200.txtpb") + ": device_memory_size "
+                        "151397597184, what cudaMemGetInfo reports as total",
+        "memory_datasheet_bytes": "NVIDIA H200 datasheet: 141 GB HBM3e",
+    },
+    "h100_sxm": {
+        **SOURCES,
+        "hbm_bytes_per_s": "NVIDIA H100 Tensor Core GPU datasheet, SXM: 3.35 TB/s HBM3",
+        "nvlink_bytes_per_s": "NVIDIA H100 datasheet, SXM: NVLink 900 GB/s",
+        "net_bytes_per_s": "NVIDIA DGX H100 datasheet: 8 x ConnectX-7, 400 Gb/s "
+                           "InfiniBand each",
+        "gpus_per_node": "DGX/HGX H100: 8 GPUs on NVLink switches",
+        "fp32_flops": "NVIDIA H100 datasheet, SXM: FP32 67 TFLOPS",
+        "bf16_flops": "NVIDIA H100 datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with "
+                      "sparsity, so 989 dense",
+        "l2_bytes": _SPEC.format("h100_sxm.txtpb") + ": l2_cache_size 52428800; "
+                    "NVIDIA Hopper architecture whitepaper: 50 MB L2",
+        "memory_bytes": _SPEC.format("h100_sxm.txtpb") + ": device_memory_size "
+                        "84942979072, what cudaMemGetInfo reports as total",
+        "memory_datasheet_bytes": "NVIDIA H100 datasheet, SXM: 80 GB HBM3",
+    },
+}
+
+
+def gpu(name: str) -> dict:
+    """The figures of ``name`` (``'h200'`` or ``'h100_sxm'``)."""
+    key = name.lower().replace("-", "_").replace(" ", "_")
+    key = {"h100": "h100_sxm"}.get(key, key)
+    if key not in GPUS:
+        raise KeyError(f"no figures for GPU {name!r}; known: {', '.join(GPUS)}")
+    return GPUS[key]
+
+
+# region: hardware.nccl
+def allgather_latency(n: int, hw: dict = HARDWARE) -> float:
+    """NCCL's ring model of an all-gather's latency over ``n`` GPUs (tuning.cc):
+    base + (steps inside nodes) x intra-node hop + (steps between nodes) x network hop."""
+    if n <= 1:
+        return 0.0
+    nodes = -(-n // hw["gpus_per_node"])
+    steps, inter = n - 1, nodes - 1
+    intra = hw["nccl_nvlink_hop_s"]
+    if nodes > 1:
+        intra = max(intra, hw["nccl_net_overhead_s"])
+    return hw["nccl_base_s"] + (steps - inter) * intra + inter * hw["nccl_net_hop_s"]
+
+
+def link_seconds(gathered_bytes: float, n: int, hw: dict = HARDWARE) -> float:
+    """Seconds to receive the ``(n - 1) / n`` of an all-gather's result that other
+    devices hold: the part from the same node over NVLink, the rest over the network."""
+    if n <= 1:
+        return 0.0
+    g = hw["gpus_per_node"]
+    same_node = (min(n, g) - 1) / n * gathered_bytes
+    other_nodes = max(n - g, 0) / n * gathered_bytes
+    return same_node / hw["nvlink_bytes_per_s"] + other_nodes / hw["net_bytes_per_s"]
+# endregion
