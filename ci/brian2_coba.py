@@ -64,7 +64,7 @@ def nest_gates():
 def build(spec):
     """The network of ``spec``; returns (Network, SpikeMonitor, neurons)."""
     import brian2 as b2
-    from brian2 import mV, ms, nS, siemens, cm, msiemens, ufarad, umetre
+    from brian2 import cm, ms, msiemens, mV, nS, siemens, ufarad, umetre
 
     b2.prefs.codegen.target = spec.get("target", "cython")
     b2.defaultclock.dt = spec.get("dt", 0.1) * ms

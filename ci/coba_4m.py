@@ -12,6 +12,7 @@ per step (from the compiled program) beside the bool all-gather's; and the ledge
 device (state, delays, connectivity, counters from the shards; arguments, outputs,
 temporaries and peak of the compiled program against ``coba.predict``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,8 @@ SCHEMA = "shardbook.coba-4m/1"
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "book" / "data" / "coba_4m.json")
-    p.add_argument("--scale", type=int, default=960)        # 960 x 4,200 = 4,032,000
-    p.add_argument("--steps", type=int, default=200)        # 20 ms
+    p.add_argument("--scale", type=int, default=960)  # 960 x 4,200 = 4,032,000
+    p.add_argument("--steps", type=int, default=200)  # 20 ms
     p.add_argument("--devices", type=int, default=8)
     args = p.parse_args(argv)
     os.environ.setdefault("BOOK_NUM_DEVICES", str(args.devices))
@@ -45,7 +46,9 @@ def main(argv=None) -> int:
     n = len(devices)
     load = [os.getloadavg()]
     t0 = time.perf_counter()
-    net = coba.build(devices, scale=args.scale, conn="push", graph="rows", start="random")
+    net = coba.build(
+        devices, scale=args.scale, conn="push", graph="rows", start="random"
+    )
     jax.block_until_ready([coba.ledger._leaf(v) for v in net.vars().values()])
     build_s = time.perf_counter() - t0
     sim = coba.Simulation(net, record=("count",))
@@ -62,27 +65,45 @@ def main(argv=None) -> int:
     pred = coba.predict(net.n_exc, net.n_inh, n, "push", graph="rows", counters=True)
     got = coba.measured_bytes(net)
     xla = coba.compiled_stats(sim.compiled[args.steps])
-    in_degree = {name: float(np.diff(np.asarray(proj.comm.op.indptr.value).reshape(
-        n, -1), axis=1).sum() / proj.comm.shape[1]) for name, proj in net.projections.items()}
+    in_degree = {
+        name: float(
+            np.diff(np.asarray(proj.comm.op.indptr.value).reshape(n, -1), axis=1).sum()
+            / proj.comm.shape[1]
+        )
+        for name, proj in net.projections.items()
+    }
     data = dict(
         schema=SCHEMA,
-        provenance=book.provenance.provenance("python ci/coba_4m.py "
-                                              + " ".join(argv or sys.argv[1:])),
+        provenance=book.provenance.provenance(
+            "python ci/coba_4m.py " + " ".join(argv or sys.argv[1:])
+        ),
         load_average=[[round(x, 2) for x in la] for la in load],
-        neurons=neurons, devices=n, steps=args.steps, sim_ms=args.steps * coba.DT,
-        conn="push", graph="rows", start="random",
-        build_s=build_s, compile_s=sim.compile_s[args.steps], run_s=run_s,
+        neurons=neurons,
+        devices=n,
+        steps=args.steps,
+        sim_ms=args.steps * coba.DT,
+        conn="push",
+        graph="rows",
+        start="random",
+        build_s=build_s,
+        compile_s=sim.compile_s[args.steps],
+        run_s=run_s,
         s_per_sim_s=run_s / (args.steps * coba.DT * 1e-3),
         rate_hz=spikes / neurons / (args.steps * coba.DT * 1e-3),
-        spikes_per_step=spikes / args.steps, events_per_step=events,
-        mean_in_degree=in_degree, burst=coba.push.burst_stats(net),
+        spikes_per_step=spikes / args.steps,
+        events_per_step=events,
+        mean_in_degree=in_degree,
+        burst=coba.push.burst_stats(net),
         spike_capacity={p: x.capacity for p, x in net.exchanges.items()},
         exchange_bytes_per_step=sum(c.nbytes for c in step),
         exchange_shapes=[f"{c.op} {c.shapes}" for c in step],
         bool_exchange_bytes_per_step=neurons,
-        ledger=dict(predicted=pred, shards=got, compiled=xla,
-                    tolerance=coba.peak_tolerance(net.n_exc, net.n_inh, n,
-                                                  pred["temporaries"])),
+        ledger=dict(
+            predicted=pred,
+            shards=got,
+            compiled=xla,
+            tolerance=coba.peak_tolerance(net.n_exc, net.n_inh, n, pred["temporaries"]),
+        ),
     )
     for cat in ("state", "delays", "connectivity", "counters"):
         assert got[cat] == pred[cat], (cat, got, pred)
@@ -91,11 +112,14 @@ def main(argv=None) -> int:
     assert data["exchange_bytes_per_step"] <= neurons / 8
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"{neurons:,} neurons on {n} devices: build {build_s:.0f} s, compile "
-          f"{data['compile_s']:.0f} s, {args.steps} steps in {run_s:.1f} s "
-          f"({data['s_per_sim_s']:.0f} s per simulated s), {data['rate_hz']:.1f} Hz, "
-          f"{events:,.0f} events per step, {data['exchange_bytes_per_step']:,} B "
-          f"exchanged per step (bools: {neurons:,}); wrote {args.out}", flush=True)
+    print(
+        f"{neurons:,} neurons on {n} devices: build {build_s:.0f} s, compile "
+        f"{data['compile_s']:.0f} s, {args.steps} steps in {run_s:.1f} s "
+        f"({data['s_per_sim_s']:.0f} s per simulated s), {data['rate_hz']:.1f} Hz, "
+        f"{events:,.0f} events per step, {data['exchange_bytes_per_step']:,} B "
+        f"exchanged per step (bools: {neurons:,}); wrote {args.out}",
+        flush=True,
+    )
     return 0
 
 

@@ -139,6 +139,20 @@ class Job:
     seconds: float = 0.0
     status: str = "not run"
     worker: int = -1
+    rerun: bool = False
+
+
+def only_output_mismatches(job: Job) -> bool:
+    """Whether a failed notebook job's log shows differing outputs and nothing else:
+    no exception, no timeout, no error outside a cell comparison."""
+    if job.is_tests or job.name == BOOK_JOB:
+        return False
+    text = job.log.read_text(errors="replace")
+    failed = [line for line in text.splitlines() if line.startswith("FAILED ")]
+    return bool(failed) and all("Cell outputs differ" in text and "::Cell" in line
+                                for line in failed) and not any(
+        bad in text for bad in ("Cell execution caused an exception", "Timeout",
+                                "ERROR ", "Traceback (most recent call last)"))
 
 
 BOOK_JOB = "book build"
@@ -202,6 +216,27 @@ def run(jobs: list[Job], workers: int) -> list[Job]:
                     running.pop(w, None)
             job.seconds = time.monotonic() - t0
             job.status = "passed" if rc == 0 else f"FAILED (exit {rc})"
+            if rc != 0 and only_output_mismatches(job):
+                # ipykernel can publish a cell's last stream message after its idle
+                # status on a loaded machine, and nbval then misses that output
+                # (seen on CI: a cell's last three printed lines gone). Such a job is
+                # run once more; the first log is kept, and the report names it.
+                first = job.log.with_suffix(".first.log")
+                job.log.replace(first)
+                say(f"rerun  {job.name}: only output mismatches (log {first.name})")
+                with open(job.log, "w") as log:
+                    proc = subprocess.Popen(job.argv, cwd=ROOT,
+                                            env={**os.environ, **job.env}, stdout=log,
+                                            stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+                    with lock:
+                        running[w] = proc
+                    rc = proc.wait()
+                    with lock:
+                        running.pop(w, None)
+                job.seconds = time.monotonic() - t0
+                job.status = ("passed" if rc == 0 else f"FAILED (exit {rc})")
+                job.rerun = True
             say(f"{job.status:>6} {job.name} in {job.seconds:.0f} s")
 
     threads = [threading.Thread(target=work, args=(w,), daemon=True)
@@ -290,6 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     for job in sorted(jobs, key=lambda j: j.name):
         print(f"    {job.name:<40} {job.seconds:6.0f} s  worker {job.worker}  "
               f"{job.status}")
+    reran = [j.name for j in jobs if j.rerun]
+    if reran:
+        print("[test] rerun once for output mismatches only (first logs *.first.log): "
+              + ", ".join(f"{j.name} ({j.status})" for j in jobs if j.rerun))
     failed = [j.name for j in jobs if j.status != "passed"]
     if failed:
         print(f"[test] FAILED jobs: {', '.join(failed)}", file=sys.stderr)

@@ -11,7 +11,8 @@ Modules:
   memory    compiled memory analysis and predicted-versus-measured ledgers
   plotting  ownership and bytes-per-device plots
   provenance  where and with what a measurement was made (for data files)
-  rnn       the RNN of BrainPy issue #641: model, pure steps, variants, bytes (ch. 2, 3, 5)
+  rnn       the RNN of BrainPy issue #641: model, pure steps, variants, bytes
+            (chapters 2, 3, 5)
   coba      the COBA-HH network, its memory model and the scale sweep (chapter 4)
   multiprocess  the jax.distributed worker and launcher of chapter 5a
   verify    equivalence checks with stated tolerances, and the log of their margins

@@ -69,7 +69,8 @@ GPUS = {
                  "memory_datasheet_bytes": 80e9},
 }
 # endregion
-_SPEC = "XLA's device spec, xla/backends/gpu/target_config/specs/{} (shardbook/gpu_specs)"
+_SPEC = ("XLA's device spec, xla/backends/gpu/target_config/specs/{} "
+         "(shardbook/gpu_specs)")
 GPU_SOURCES = {
     "h200": {
         **SOURCES,
@@ -113,7 +114,8 @@ def gpu(name: str) -> dict:
 # region: hardware.nccl
 def allgather_latency(n: int, hw: dict = HARDWARE) -> float:
     """NCCL's ring model of an all-gather's latency over ``n`` GPUs (tuning.cc):
-    base + (steps inside nodes) x intra-node hop + (steps between nodes) x network hop."""
+    base + (steps inside nodes) x intra-node hop + (steps between nodes) x network
+    hop."""
     if n <= 1:
         return 0.0
     nodes = -(-n // hw["gpus_per_node"])

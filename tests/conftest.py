@@ -3,6 +3,7 @@
 JAX fixes the device count when its backend starts, so it is set here, when pytest
 loads this file and before any test module imports JAX or BrainPy.
 """
+
 import os
 import sys
 from pathlib import Path

@@ -5,6 +5,7 @@ A multi-process launch must listen on loopback only.  :func:`watch_listeners` po
 processes it is given; :func:`check_loopback_only` then asserts that the coordinator
 was among them (so the check is not vacuous) and that none listened elsewhere.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -17,7 +18,7 @@ import time
 def address(hex_address: str) -> str:
     """An address of /proc/net/tcp{,6} ('0100007F:1F90') as text ('127.0.0.1')."""
     host = hex_address.split(":")[0]
-    raw = b"".join(bytes.fromhex(host[i:i + 8])[::-1] for i in range(0, len(host), 8))
+    raw = b"".join(bytes.fromhex(host[i : i + 8])[::-1] for i in range(0, len(host), 8))
     return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
 
 
@@ -37,7 +38,7 @@ def session_pids(session: int) -> list[int]:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[3]) == session:            # the session id
+            if int(fields[3]) == session:  # the session id
                 pids.append(int(d))
     return pids
 
@@ -59,9 +60,14 @@ def listeners_of(pids) -> set:
             next(f)
             for line in f:
                 parts = line.split()
-                if parts[3] == "0A" and parts[9] in owner:   # 0A: LISTEN
-                    found.add((owner[parts[9]], address(parts[1]),
-                               int(parts[1].split(":")[1], 16)))
+                if parts[3] == "0A" and parts[9] in owner:  # 0A: LISTEN
+                    found.add(
+                        (
+                            owner[parts[9]],
+                            address(parts[1]),
+                            int(parts[1].split(":")[1], 16),
+                        )
+                    )
     return found
 
 

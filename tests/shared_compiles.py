@@ -5,6 +5,7 @@ every job registered so far: test modules :func:`register` their jobs when pytes
 imports them, and the first :func:`gpu` call compiles all of them in ONE child.  CPU
 compiles (``gputarget.compile_here``) are cached by builder, sizes and device count.
 """
+
 import json
 
 from shardbook import book
@@ -19,12 +20,26 @@ def _key(builder, kwargs, target, devices, hosts):
     return (builder, json.dumps(kwargs or {}, sort_keys=True), target, devices, hosts)
 
 
-def register(builder: str, kwargs: dict | None = None, *, target: str = "h200",
-             devices: int = 8, hosts: int = 1) -> tuple:
+def register(
+    builder: str,
+    kwargs: dict | None = None,
+    *,
+    target: str = "h200",
+    devices: int = 8,
+    hosts: int = 1,
+) -> tuple:
     """Add a GPU-target job (``builder`` is a name in shardbook.gputarget_steps)."""
     key = _key(builder, kwargs, target, devices, hosts)
-    _JOBS.setdefault(key, {"builder": STEPS + builder, "kwargs": kwargs or {},
-                           "target": target, "devices": devices, "hosts": hosts})
+    _JOBS.setdefault(
+        key,
+        {
+            "builder": STEPS + builder,
+            "kwargs": kwargs or {},
+            "target": target,
+            "devices": devices,
+            "hosts": hosts,
+        },
+    )
     return key
 
 
@@ -41,6 +56,7 @@ def here(builder: str, kwargs: dict | None = None, devices: int | None = None):
     """``compile_here`` of ``builder``, once per session."""
     key = _key(builder, kwargs, "cpu", devices, 1)
     if key not in _CPU:
-        _CPU[key] = book.gputarget.compile_here(STEPS + builder, devices=devices,
-                                                **(kwargs or {}))
+        _CPU[key] = book.gputarget.compile_here(
+            STEPS + builder, devices=devices, **(kwargs or {})
+        )
     return _CPU[key]

@@ -4,13 +4,13 @@ needs both of its fixes.
 
 Runs in this pytest process, with 4 simulated CPU devices (tests/conftest.py).
 """
+
 from pathlib import Path
 
 import jax
+import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
 import numpy as np
 import pytest
-
-import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import brainpy as bp
@@ -19,11 +19,15 @@ import brainpy.math as bm
 from shardbook import book
 
 rnn, verify = book.rnn, book.verify
-RNN, make_loss_fn, make_task, shard_batch = (rnn.RNN, rnn.make_loss_fn, rnn.make_task,
-                                             rnn.shard_batch)
+RNN, make_loss_fn, make_task, shard_batch = (
+    rnn.RNN,
+    rnn.make_loss_fn,
+    rnn.make_task,
+    rnn.shard_batch,
+)
 NOTEBOOK = Path(__file__).resolve().parents[1] / "book" / "03-model-parallelism.ipynb"
 CH3 = book.config("ch3")
-I, H, O, B, T = CH3.I, CH3.H, CH3.O, CH3.B, CH3.T    # noqa: E741  (the prose's names)
+I, H, O, B, T = CH3.I, CH3.H, CH3.O, CH3.B, CH3.T  # noqa: E741  (the prose's names)
 
 
 def notebook_tolerance(check: str) -> dict:
@@ -34,8 +38,10 @@ def notebook_tolerance(check: str) -> dict:
             text = "".join(out.get("text", ""))
             for m in verify.VERDICT_RE.finditer(text):
                 if m.group("check") == check and m.group("rtol"):
-                    return {"rtol": float(m.group("rtol")),
-                            "atol": float(m.group("atol"))}
+                    return {
+                        "rtol": float(m.group("rtol")),
+                        "atol": float(m.group("atol")),
+                    }
     raise AssertionError(f"no stored verdict for {check} in {NOTEBOOK.name}")
 
 
@@ -60,9 +66,11 @@ def _drop_block(g, axis_len, k):
 
 def _planted(grads, k):
     """The two planted bugs of issue 10: one shard dropped, or all scaled by 7/8."""
-    dims = {"win": 1, "wrec": 0, "wout": 0}      # the split dimension of each weight
-    dropped = {n: _drop_block(g, dims[n], k) if n == "wrec" else np.asarray(g)
-               for n, g in grads.items()}
+    dims = {"win": 1, "wrec": 0, "wout": 0}  # the split dimension of each weight
+    dropped = {
+        n: _drop_block(g, dims[n], k) if n == "wrec" else np.asarray(g)
+        for n, g in grads.items()
+    }
     scaled = {n: 7 / 8 * np.asarray(g) for n, g in grads.items()}
     return {"one shard dropped": dropped, "scaled by 7/8": scaled}
 
@@ -72,10 +80,13 @@ def test_fsdp_check_passes_and_fails_on_planted_bugs(reference):
     tol = notebook_tolerance("ch3.fsdp.grads")
     k = len(book.devices())
     mesh = Mesh(np.array(book.devices()), ("batch",))
-    placed = {n: jax.device_put(w, NamedSharding(mesh, rnn.fsdp_specs()[n]))
-              for n, w in params.items()}
-    got, _ = rnn.fsdp_grad_fn(mesh)(placed, shard_batch(xs, mesh),
-                                    shard_batch(ys, mesh))
+    placed = {
+        n: jax.device_put(w, NamedSharding(mesh, rnn.fsdp_specs()[n]))
+        for n, w in params.items()
+    }
+    got, _ = rnn.fsdp_grad_fn(mesh)(
+        placed, shard_batch(xs, mesh), shard_batch(ys, mesh)
+    )
     verify.close("ch3.fsdp.grads", got, want, **tol)
     for bug, bad in _planted(got, k).items():
         with pytest.raises(AssertionError, match="NOT equal"):
@@ -94,7 +105,8 @@ def test_explicit_split_check_passes_and_fails_on_planted_bugs(reference):
     bugs = _planted(got, k)
     # a bug in the code itself: the all-gather of h_{t-1} forgotten
     bugs["all_gather forgotten"], _ = rnn.explicit_grad_fn(mesh, gather=False)(
-        placed, x, y)
+        placed, x, y
+    )
     for bug, bad in bugs.items():
         with pytest.raises(AssertionError, match="NOT equal"):
             verify.close("ch3.shmap.grads", bad, want, **tol, what=bug)
@@ -102,10 +114,14 @@ def test_explicit_split_check_passes_and_fails_on_planted_bugs(reference):
 
 def _hidden_split(params, mesh):
     specs = rnn.hidden_specs()
-    assert specs == {"win": P(None, "hidden"), "wrec": P(None, "hidden"),
-                     "wout": P("hidden", None)}
-    return {n: jax.device_put(w, NamedSharding(mesh, specs[n]))
-            for n, w in params.items()}
+    assert specs == {
+        "win": P(None, "hidden"),
+        "wrec": P(None, "hidden"),
+        "wout": P("hidden", None),
+    }
+    return {
+        n: jax.device_put(w, NamedSharding(mesh, specs[n])) for n, w in params.items()
+    }
 
 
 def test_explicit_split_uses_all_gather_and_reduce_scatter(reference):
@@ -124,18 +140,24 @@ def test_fsdp_step_is_the_one_adam_on_the_fsdp_gradient(reference):
     params, xs, ys, _ = reference
     mesh = Mesh(np.array(book.devices()), ("batch",))
     specs = rnn.fsdp_specs()
-    placed = {n: jax.device_put(w, NamedSharding(mesh, specs[n]))
-              for n, w in params.items()}
-    opt = jax.device_put(rnn.adam_init(placed), {
-        "m": {n: w.sharding for n, w in placed.items()},
-        "v": {n: w.sharding for n, w in placed.items()},
-        "t": NamedSharding(mesh, P())})
+    placed = {
+        n: jax.device_put(w, NamedSharding(mesh, specs[n])) for n, w in params.items()
+    }
+    opt = jax.device_put(
+        rnn.adam_init(placed),
+        {
+            "m": {n: w.sharding for n, w in placed.items()},
+            "v": {n: w.sharding for n, w in placed.items()},
+            "t": NamedSharding(mesh, P()),
+        },
+    )
     x, y = shard_batch(xs, mesh), shard_batch(ys, mesh)
     got, got_opt, _ = rnn.fsdp_train_step(mesh)(placed, opt, x, y)
     grads, _ = rnn.fsdp_grad_fn(mesh)(placed, x, y)
     want, want_opt = jax.jit(rnn.adam_update)(placed, opt, grads)
-    verify.close("test.ch3.fsdp.adam", (got, got_opt), (want, want_opt),
-                 rtol=1e-6, atol=1e-9)
+    verify.close(
+        "test.ch3.fsdp.adam", (got, got_opt), (want, want_opt), rtol=1e-6, atol=1e-9
+    )
     for n, w in got.items():
         book.shards.check_sharding(w, specs[n])
 
@@ -145,7 +167,7 @@ def test_compat_text_of_chapter_3_computes_what_rnn_pure_does(reference):
     explicit split; it must be the loss that rnn.pure computes.  Remove with it."""
     import importlib
 
-    fsdp = importlib.import_module("shardbook.fsdp")     # the compat module
+    fsdp = importlib.import_module("shardbook.fsdp")  # the compat module
     params, xs, ys, _ = reference
     mesh = Mesh(np.array(book.devices()), ("hidden",))
     placed = _hidden_split(params, mesh)
@@ -153,8 +175,9 @@ def test_compat_text_of_chapter_3_computes_what_rnn_pure_does(reference):
         old = fsdp.explicit_hidden_loss(mesh, gather=gather)
         new = rnn.explicit_hidden_loss(mesh, gather=gather)
         old, new = (jax.jit(jax.value_and_grad(f)) for f in (old, new))
-        verify.identical("test.compat.explicit", old(placed, xs, ys),
-                         new(placed, xs, ys))
+        verify.identical(
+            "test.compat.explicit", old(placed, xs, ys), new(placed, xs, ys)
+        )
 
 
 def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
@@ -168,8 +191,9 @@ def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
     if fix_counter:
         adam.step.value = jax.device_put(adam.step.value, NamedSharding(mesh, P()))
     if fix_specs:
-        variables = (list(model.vars().unique().values())
-                     + list(adam.vars().unique().values()))
+        variables = list(model.vars().unique().values()) + list(
+            adam.vars().unique().values()
+        )
         for v in variables:
             s = v.value.sharding
             if isinstance(s, NamedSharding) and len(s.spec) and s.spec[-1] is None:
@@ -199,11 +223,14 @@ def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
 # counter, made on one device and handed back replicated on the mesh, makes XLA compile
 # again.  The respelled specs (P('hidden', None) -> P('hidden',)) add a second entry to
 # jit's dispatch cache, but that entry reuses the same compiled program.
-@pytest.mark.parametrize("fix_counter,fix_specs,expected", [
-    (False, False, [1, 2, 2]),
-    (True, False, [1, 1, 1]),     # the counter alone: one compilation
-    (False, True, [1, 2, 2]),     # the specs alone are not enough
-    (True, True, [1, 1, 1]),      # both (what make_train_step does)
-])
+@pytest.mark.parametrize(
+    "fix_counter,fix_specs,expected",
+    [
+        (False, False, [1, 2, 2]),
+        (True, False, [1, 1, 1]),  # the counter alone: one compilation
+        (False, True, [1, 2, 2]),  # the specs alone are not enough
+        (True, True, [1, 1, 1]),  # both (what make_train_step does)
+    ],
+)
 def test_recompilation_trap_is_the_step_counter(fix_counter, fix_specs, expected):
     assert _compilations(fix_counter, fix_specs) == expected

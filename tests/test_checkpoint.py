@@ -1,4 +1,5 @@
-"""Chapter 5b's claim: a COBA-HH checkpoint restored onto another mesh continues bit for bit.
+"""Chapter 5b's claim: a COBA-HH checkpoint restored onto another mesh continues bit for
+bit.
 
 The state (V, m, h, n, last step's spikes, the four conductances, BrainPy's global key
 and the time step) is saved with Orbax on 4 devices; the connectivity is saved as its
@@ -7,25 +8,30 @@ equal the uninterrupted one bit for bit (``verify.identical``), and the same che
 fail when the restore drops part of the state: the spike history (the one-step synaptic
 delay buffer), or the random state of a network that draws random numbers.
 """
+
+import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainpy.math as bm
-import jax
-import orbax.checkpoint as ocp
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from shardbook import coba, verify
 
-NETWORK = dict(scale=0.5, seed=0)     # 1,680 E + 420 I: divisible by 1, 2 and 4 devices
+NETWORK = dict(scale=0.5, seed=0)  # 1,680 E + 420 I: divisible by 1, 2 and 4 devices
 HALF = 20
 is_var = lambda x: isinstance(x, bm.Variable)  # noqa: E731
 
 
 def state_of(net):
-    state = {name: {v: getattr(pop, v) for v in ("V", "m", "h", "n", "spike")}
-             for name, pop in net.populations.items()}
-    state.update({name: {"g": proj.refs["syn"].g} for name, proj in net.projections.items()})
+    state = {
+        name: {v: getattr(pop, v) for v in ("V", "m", "h", "n", "spike")}
+        for name, pop in net.populations.items()
+    }
+    state.update(
+        {name: {"g": proj.refs["syn"].g} for name, proj in net.projections.items()}
+    )
     return state
 
 
@@ -34,7 +40,8 @@ def values(state):
 
 
 class NoisySimulation(coba.Simulation):
-    """The network plus a small noise current drawn from BrainPy's global key each step."""
+    """The network plus a small noise current drawn from BrainPy's global key each
+    step."""
 
     def step_body(self, i):
         for pop in self.net.populations.values():
@@ -46,20 +53,30 @@ def spikes(out):
     return {pop: np.asarray(out[f"{pop}.spike"]) for pop in ("E", "I")}
 
 
-@pytest.fixture(scope="module", params=[coba.Simulation, NoisySimulation],
-                ids=["deterministic", "noisy"])
+@pytest.fixture(
+    scope="module",
+    params=[coba.Simulation, NoisySimulation],
+    ids=["deterministic", "noisy"],
+)
 def saved(request, tmp_path_factory):
-    """Run HALF steps on 4 devices, save, run HALF more: (manager, second half, kind)."""
+    """Run HALF steps on 4 devices, save, run HALF more: (manager, second half,
+    kind)."""
     kind = request.param
     bm.random.seed(123)
     net = coba.build(jax.devices(), **NETWORK)
     sim = kind(net, record=("spike",))
     sim.run(HALF)
     manager = ocp.CheckpointManager(tmp_path_factory.mktemp("coba") / "ckpt")
-    manager.save(sim.t, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(values(state_of(net))),
-        rng=ocp.args.StandardSave({"key": jax.random.key_data(bm.random.DEFAULT.value)}),
-        network=ocp.args.JsonSave(dict(NETWORK, step=sim.t))))
+    manager.save(
+        sim.t,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(values(state_of(net))),
+            rng=ocp.args.StandardSave(
+                {"key": jax.random.key_data(bm.random.DEFAULT.value)}
+            ),
+            network=ocp.args.JsonSave(dict(NETWORK, step=sim.t)),
+        ),
+    )
     manager.wait_until_finished()
     after = sim.run(HALF)
     yield manager, spikes(after), kind
@@ -67,23 +84,33 @@ def saved(request, tmp_path_factory):
 
 
 def resume(manager, kind, k, drop=()):
-    meta = manager.restore(manager.latest_step(), args=ocp.args.Composite(
-        network=ocp.args.JsonRestore()))["network"]
+    meta = manager.restore(
+        manager.latest_step(), args=ocp.args.Composite(network=ocp.args.JsonRestore())
+    )["network"]
     net = coba.build(jax.devices()[:k], scale=meta["scale"], seed=meta["seed"])
     state = state_of(net)
-    target = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype,
-                                                         sharding=v.value.sharding),
-                          state, is_leaf=is_var)
+    target = jax.tree.map(
+        lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.value.sharding),
+        state,
+        is_leaf=is_var,
+    )
     key = jax.ShapeDtypeStruct((2,), np.uint32, sharding=NamedSharding(net.mesh, P()))
-    back = manager.restore(meta["step"], args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), rng=ocp.args.StandardRestore({"key": key})))
+    back = manager.restore(
+        meta["step"],
+        args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target),
+            rng=ocp.args.StandardRestore({"key": key}),
+        ),
+    )
     for name, var in drop:
         if name == "rng":
             continue
         del back["state"][name][var], state[name][var]
-    jax.tree.map(lambda v, x: setattr(v, "value", x), state, back["state"], is_leaf=is_var)
+    jax.tree.map(
+        lambda v, x: setattr(v, "value", x), state, back["state"], is_leaf=is_var
+    )
     if ("rng", "key") in drop:
-        bm.random.seed(999)                 # a fresh key instead of the saved one
+        bm.random.seed(999)  # a fresh key instead of the saved one
     else:
         bm.random.DEFAULT.value = jax.random.wrap_key_data(back["rng"]["key"])
     sim = kind(net, record=("spike",))
@@ -94,9 +121,12 @@ def resume(manager, kind, k, drop=()):
 def test_restored_on_fewer_devices_continues_bit_for_bit(saved):
     manager, after, kind = saved
     assert all(x.any() for x in after.values()), "a silent network proves nothing"
-    for k in ([2, 1] if kind is coba.Simulation else [1]):
-        verify.identical(f"test.ch5b.coba.{kind.__name__.lower()}-{k}",
-                         resume(manager, kind, k), after)
+    for k in [2, 1] if kind is coba.Simulation else [1]:
+        verify.identical(
+            f"test.ch5b.coba.{kind.__name__.lower()}-{k}",
+            resume(manager, kind, k),
+            after,
+        )
 
 
 def test_dropping_the_spike_history_is_caught(saved):

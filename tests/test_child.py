@@ -3,6 +3,7 @@
 Each child here is a few lines of Python: one that answers, one that fails, one that
 answers nothing, one that hangs past its timeout, and several waited for together.
 """
+
 import os
 import time
 
@@ -33,8 +34,9 @@ def test_clean_env_drops_device_settings_unless_kept(monkeypatch):
     monkeypatch.setenv("JAX_ENABLE_X64", "1")
     monkeypatch.setenv("BOOK_NUM_DEVICES", "8")
     monkeypatch.setenv("BOOK_GAP_LOG", "/tmp/x")
-    monkeypatch.setenv("XLA_FLAGS",
-                       "--xla_force_host_platform_device_count=8 --xla_cpu_x=1")
+    monkeypatch.setenv(
+        "XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_cpu_x=1"
+    )
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     env = child.clean_env()
     assert not [k for k in env if k.startswith(("JAX_", "XLA_"))]
@@ -42,7 +44,7 @@ def test_clean_env_drops_device_settings_unless_kept(monkeypatch):
     assert env["PYTHONPATH"].split(os.pathsep) == [str(child.REPO), "/elsewhere"]
     assert env["PYTHONUNBUFFERED"] == "1"
     kept = child.clean_env(dict(JAX_PLATFORMS="cpu"), keep=("XLA_FLAGS",), paths=["/w"])
-    assert kept["XLA_FLAGS"] == "--xla_cpu_x=1"      # less the forced device count
+    assert kept["XLA_FLAGS"] == "--xla_cpu_x=1"  # less the forced device count
     assert kept["JAX_PLATFORMS"] == "cpu" and "JAX_ENABLE_X64" not in kept
     assert kept["PYTHONPATH"].split(os.pathsep)[:2] == ["/w", str(child.REPO)]
     everything = child.clean_env(keep=("JAX_*", "BOOK_NUM_DEVICES"))
@@ -52,11 +54,17 @@ def test_clean_env_drops_device_settings_unless_kept(monkeypatch):
 def test_a_child_that_answers(tmp_path, monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     script = _script(tmp_path, "answers.py", ANSWERS)
-    got = child.run(script, "JAX_PLATFORMS", "PYTHONUNBUFFERED", input='{"n": 3}',
-                    timeout=60, cwd=tmp_path)
+    got = child.run(
+        script,
+        "JAX_PLATFORMS",
+        "PYTHONUNBUFFERED",
+        input='{"n": 3}',
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert got["got"] == {"n": 3}
     assert got["env"] == {"JAX_PLATFORMS": None, "PYTHONUNBUFFERED": "1"}
-    assert str(child.REPO) in got["path"]       # found shardbook without an install
+    assert str(child.REPO) in got["path"]  # found shardbook without an install
 
 
 def test_the_answer_is_the_last_marked_line():
@@ -67,11 +75,17 @@ def test_the_answer_is_the_last_marked_line():
 
 
 def test_a_child_that_fails_shows_its_stderr(tmp_path):
-    script = _script(tmp_path, "fails.py",
-                     "import sys\nprint('line 1', file=sys.stderr)\n"
-                     "raise SystemExit('the reason it failed')\n")
-    with pytest.raises(child.ChildError, match=r"(?s)failed \(exit code 1\).*"
-                       "line 1.*the reason it failed") as info:
+    script = _script(
+        tmp_path,
+        "fails.py",
+        "import sys\nprint('line 1', file=sys.stderr)\n"
+        "raise SystemExit('the reason it failed')\n",
+    )
+    with pytest.raises(
+        child.ChildError,
+        match=r"(?s)failed \(exit code 1\).*"
+        "line 1.*the reason it failed",
+    ) as info:
         child.run(script, timeout=60)
     assert info.value.returncode == 1 and "the reason" in info.value.stderr
 
@@ -83,22 +97,29 @@ def test_a_child_that_answers_nothing(tmp_path):
 
 
 def test_a_child_that_hangs_is_killed_at_its_timeout(tmp_path):
-    script = _script(tmp_path, "hangs.py", "import sys, time\n"
-                     "print('waiting forever', file=sys.stderr, flush=True)\n"
-                     "time.sleep(600)\n")
+    script = _script(
+        tmp_path,
+        "hangs.py",
+        "import sys, time\n"
+        "print('waiting forever', file=sys.stderr, flush=True)\n"
+        "time.sleep(600)\n",
+    )
     t0 = time.monotonic()
     proc = child.start(script, timeout=2)
     with pytest.raises(child.ChildTimeout, match=r"(?s)within 2 s.*waiting forever"):
         proc.result()
     assert time.monotonic() - t0 < 30
-    assert proc.proc.returncode < 0               # killed by a signal
+    assert proc.proc.returncode < 0  # killed by a signal
     assert isinstance(child.ChildTimeout("x"), TimeoutError)
 
 
 def test_wait_all_stops_every_child_when_one_fails(tmp_path):
     hang = _script(tmp_path, "hang.py", "import time\ntime.sleep(600)\n")
-    fail = _script(tmp_path, "fail.py", "import time\ntime.sleep(0.5)\n"
-                   "raise SystemExit('worker 1 broke')\n")
+    fail = _script(
+        tmp_path,
+        "fail.py",
+        "import time\ntime.sleep(0.5)\nraise SystemExit('worker 1 broke')\n",
+    )
     kids = [child.start(hang, name="process 0"), child.start(fail, name="process 1")]
     t0 = time.monotonic()
     with pytest.raises(child.ChildError, match=r"(?s)process 1 failed.*worker 1 broke"):
@@ -117,6 +138,7 @@ def test_wait_all_timeout_kills_all(tmp_path):
 
 def test_a_module_child_found_through_paths(tmp_path):
     (tmp_path / "answering_module.py").write_text(
-        "import sys\nfrom shardbook import book\nbook.child.answer(sys.argv[1:])\n")
+        "import sys\nfrom shardbook import book\nbook.child.answer(sys.argv[1:])\n"
+    )
     env = child.clean_env(paths=[tmp_path])
     assert child.run("answering_module", "a", 2, env=env, timeout=60) == ["a", "2"]

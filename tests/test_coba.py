@@ -3,6 +3,7 @@
 conftest.py starts JAX with 4 simulated CPU devices.  The network here is small (672 E +
 168 I neurons, scale 0.2) so that the whole file runs in well under a minute on 2 cores.
 """
+
 import json
 import os
 import subprocess
@@ -30,7 +31,10 @@ def nets():
 
 @pytest.fixture(scope="module")
 def initial(nets):  # taken before any test runs the networks
-    return {k: {name: np.asarray(a) for name, (c, a) in coba.net_arrays(net).items()} for k, net in nets.items()}
+    return {
+        k: {name: np.asarray(a) for name, (c, a) in coba.net_arrays(net).items()}
+        for k, net in nets.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +52,10 @@ def test_sizes_and_prediction_arithmetic():
     assert p["state"] == 24 * 4200 // 8 and p["delays"] == 4200 // 8
     assert p["connectivity"] == 4 * 80 * 4200 // 8
     assert p["arguments"] == p["state"] + p["delays"] + p["connectivity"]
-    assert coba.predict(3360, 840, 8, "csr")["connectivity"] == coba.predict(3360, 840, 1, "csr")["connectivity"]
+    assert (
+        coba.predict(3360, 840, 8, "csr")["connectivity"]
+        == coba.predict(3360, 840, 1, "csr")["connectivity"]
+    )
     assert coba.predict(3360, 840, 8, "jit")["connectivity"] == 0
     assert coba.conn_bytes_total(3360, 840, "mask") == 4200**2
     # more devices, fewer bytes per device; more neurons, more bytes
@@ -58,12 +65,16 @@ def test_sizes_and_prediction_arithmetic():
 
 def test_rate_functions_stay_finite_where_the_naive_formula_is_0_over_0():
     hh = coba.HH(jnp.full(3, coba.El))
-    V = jnp.array([coba.VT + 13.0, coba.VT + 40.0, coba.VT + 15.0], jnp.float32)  # the three 0/0 points
+    V = jnp.array(
+        [coba.VT + 13.0, coba.VT + 40.0, coba.VT + 15.0], jnp.float32
+    )  # the three 0/0 points
     z = jnp.zeros(3, jnp.float32)
     assert np.isfinite(np.asarray(hh.dm(z, 0.0, V))).all()
     assert np.isfinite(np.asarray(hh.dn(z, 0.0, V))).all()
     x = 13.0 - V[0] + coba.VT
-    assert not np.isfinite(np.asarray(0.32 * x / (jnp.exp(x / 4.0) - 1.0)))  # what exprel avoids
+    assert not np.isfinite(
+        np.asarray(0.32 * x / (jnp.exp(x / 4.0) - 1.0))
+    )  # what exprel avoids
 
 
 def test_every_array_is_split_along_neurons(nets):
@@ -94,7 +105,12 @@ def test_sharded_run_is_bit_identical_to_one_device(runs):
 
 
 def test_random_numbers_do_not_depend_on_the_mesh(initial):
-    ref = {k: np.asarray(a) for k, (c, a) in coba.net_arrays(coba.build(None, scale=SCALE, conn="index")).items()}
+    ref = {
+        k: np.asarray(a)
+        for k, (c, a) in coba.net_arrays(
+            coba.build(None, scale=SCALE, conn="index")
+        ).items()
+    }
     for got in initial.values():
         assert set(got) == set(ref)
         for name, arr in got.items():
@@ -112,8 +128,12 @@ def test_ledger_matches_shards_and_memory_analysis(nets, runs):
         stats = coba.compiled_stats(sim.compile(5))
         assert stats["arguments"] == pred["arguments"] and stats["constants"] == 0
         # the peak includes the temporaries (XLA's own peak on the CPU leaves them out)
-        assert stats["peak"] == (stats["arguments"] + stats["outputs"]
-                                 + stats["temporaries"] - stats["aliased"])
+        assert stats["peak"] == (
+            stats["arguments"]
+            + stats["outputs"]
+            + stats["temporaries"]
+            - stats["aliased"]
+        )
         tol = coba.peak_tolerance(n_exc, n_inh, k, pred["temporaries"])
         assert abs(stats["peak"] - pred["peak"]) <= tol, (stats, pred, tol)
 
@@ -123,8 +143,14 @@ def test_closure_constant_is_baked_whole_into_every_program():
     trap = coba.build(jax.devices(), scale=SCALE, as_variable=False)
     assert trap.conn_kind == "index"  # the trap is the index matrix's
     stats = coba.compiled_stats(coba.Simulation(trap, record=()).compile(5))
-    assert stats["constants"] == coba.conn_bytes_total(n_exc, n_inh)  # all of it, not 1/N
-    assert stats["arguments"] == coba.predict(n_exc, n_inh, N)["arguments"] - coba.predict(n_exc, n_inh, N)["connectivity"]
+    assert stats["constants"] == coba.conn_bytes_total(
+        n_exc, n_inh
+    )  # all of it, not 1/N
+    assert (
+        stats["arguments"]
+        == coba.predict(n_exc, n_inh, N)["arguments"]
+        - coba.predict(n_exc, n_inh, N)["connectivity"]
+    )
 
 
 def test_collectives_per_step():
@@ -148,7 +174,9 @@ def test_other_representations_store_the_same_graph(kind, runs):
     out = coba.Simulation(net, record=("spike",)).run(STEPS)
     for name in ("E.spike", "I.spike"):
         np.testing.assert_array_equal(np.asarray(out[name]), ref[name], err_msg=name)
-    if N > 1:  # the mask is split with the neurons; CSR computes everything on every device
+    if (
+        N > 1
+    ):  # the mask is split with the neurons; CSR computes everything on every device
         assert shards.is_replicated(coba.comm_output(net, "E2E")) == (kind == "csr")
 
 
@@ -176,10 +204,32 @@ def test_source_sections():
 
 
 def _sweep(tmp_path, out, *extra):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "BOOK_NUM_DEVICES": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, str(ROOT / "ci" / "coba_sweep.py"), "--scales", "0.05", "0.1", "--out", str(out),
-           "--time-budget", "5", "--sim-ms", "10", "--chunk-ms", "5", "--in-process", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "BOOK_NUM_DEVICES": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    cmd = [
+        sys.executable,
+        str(ROOT / "ci" / "coba_sweep.py"),
+        "--scales",
+        "0.05",
+        "0.1",
+        "--out",
+        str(out),
+        "--time-budget",
+        "5",
+        "--sim-ms",
+        "10",
+        "--chunk-ms",
+        "5",
+        "--in-process",
+        *extra,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
 
 
 def test_sweep_cli_writes_a_valid_data_file(tmp_path):
@@ -187,8 +237,13 @@ def test_sweep_cli_writes_a_valid_data_file(tmp_path):
     res = _sweep(tmp_path, out)
     assert res.returncode == 0, res.stdout + res.stderr
     data = coba.load_scaling(out)
-    assert data["provenance"]["simulated"] is True and data["provenance"]["device_kind"] == "cpu"
-    assert data["provenance"]["command"].startswith("python ci/coba_sweep.py --scales 0.05 0.1")
+    assert (
+        data["provenance"]["simulated"] is True
+        and data["provenance"]["device_kind"] == "cpu"
+    )
+    assert data["provenance"]["command"].startswith(
+        "python ci/coba_sweep.py --scales 0.05 0.1"
+    )
     assert [r["neurons"] for r in data["runs"]] == [210, 420]
     for r in data["runs"]:
         assert r["conn_bytes_per_device"] == 4 * 80 * r["neurons"] and r["rate_hz"] >= 0
@@ -218,7 +273,8 @@ def test_sweep_refuses_cpu_numbers_under_book(tmp_path):
 
 
 def test_simplified_jaxpr_constants_flag_also_fixes_the_trap():
-    """Chapter 4 says JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1 turns the closure constant into a sharded argument."""
+    """Chapter 4 says JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1 turns the closure constant
+    into a sharded argument."""
     script = (
         "from shardbook import setup_devices; setup_devices(verbose=False)\n"
         "import jax; from shardbook import coba\n"
@@ -226,21 +282,36 @@ def test_simplified_jaxpr_constants_flag_also_fixes_the_trap():
         "s = coba.compiled_stats(coba.Simulation(trap, record=()).compile(5))\n"
         "p = coba.predict(*coba.sizes(0.2), 2)\n"
         "assert s['constants'] == 0 and s['arguments'] == p['arguments'], (s, p)\n"
-        "print('ok')\n")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "BOOK_NUM_DEVICES": "2", "JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS": "1"}
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+        "print('ok')\n"
+    )
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "BOOK_NUM_DEVICES": "2",
+        "JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS": "1",
+    }
+    res = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr[-3000:]
 
 
 def test_event_csr_gives_the_index_spikes_on_any_mesh(runs):
-    """The per-device CSR holds the index matrix's graph: the same spikes, bit for bit."""
+    """The per-device CSR holds the index matrix's graph: the same spikes, bit for
+    bit."""
     ref = runs[1][1]
     n_exc, n_inh = coba.sizes(SCALE)
     for k in sorted({1, N}):
         net = coba.build(jax.devices()[:k], scale=SCALE, conn="event")
         out = coba.Simulation(net, record=("spike",)).run(STEPS)
         for name in ("E.spike", "I.spike"):
-            np.testing.assert_array_equal(np.asarray(out[name]), ref[name], err_msg=f"{name}, {k}")
+            np.testing.assert_array_equal(
+                np.asarray(out[name]), ref[name], err_msg=f"{name}, {k}"
+            )
         got = coba.measured_bytes(net)["connectivity"]
         want = coba.event_bytes(n_exc, n_inh, k)
         assert got == want["total"]  # indices 1/k, row pointers whole on every device
@@ -257,11 +328,14 @@ def test_event_csr_keeps_two_all_gathers_and_splits_the_work():
 
 
 def test_event_delivery_handles_bursts_in_chunks():
-    """More events than one chunk: the while loop takes several chunks and drops none."""
+    """More events than one chunk: the while loop takes several chunks and drops
+    none."""
     sources = jax.random.randint(jax.random.PRNGKey(1), (7, 12), 0, 30, dtype=jnp.int32)
     indptr, indices = coba.local_csr(sources, 30)
     spikes = jnp.ones(30, bool)
-    count = coba.deliver(spikes, indptr, indices, n_local=12, chunk=5)  # 84 events, 17 chunks
+    count = coba.deliver(
+        spikes, indptr, indices, n_local=12, chunk=5
+    )  # 84 events, 17 chunks
     np.testing.assert_array_equal(np.asarray(count), np.full(12, 7.0))
     some = jnp.arange(30) % 3 == 0
     want = np.asarray(some)[np.asarray(sources)].sum(axis=0)
@@ -271,24 +345,39 @@ def test_event_delivery_handles_bursts_in_chunks():
 
 def test_bernoulli_graph_is_the_benchmarks_and_shards():
     sizes = (672, 168)
-    nets = {k: coba.build(jax.devices()[:k], graph="bernoulli", start="random", sizes=sizes,
-                          conn="index")
-            for k in sorted({1, N})}
+    nets = {
+        k: coba.build(
+            jax.devices()[:k],
+            graph="bernoulli",
+            start="random",
+            sizes=sizes,
+            conn="index",
+        )
+        for k in sorted({1, N})
+    }
     src = np.asarray(nets[1].E2E.comm.conn.value)
     degree = (src < 672).sum(axis=0)
     assert abs(degree.mean() - 0.02 * 672) < 1.5  # p = 0.02: 13.4 inputs on average
     assert degree.std() > 2  # not a fixed in-degree
     g_i = np.asarray(nets[1].I2E.syn.g.value)
-    assert abs(g_i.mean() - coba.GI0_MEAN) < 20 and g_i.std() > 60  # the randomised start
-    outs = {k: coba.Simulation(net, record=("spike",)).run(100) for k, net in nets.items()}
+    assert (
+        abs(g_i.mean() - coba.GI0_MEAN) < 20 and g_i.std() > 60
+    )  # the randomised start
+    outs = {
+        k: coba.Simulation(net, record=("spike",)).run(100) for k, net in nets.items()
+    }
     for name in ("E.spike", "I.spike"):
-        np.testing.assert_array_equal(np.asarray(outs[N][name]), np.asarray(outs[1][name]))
+        np.testing.assert_array_equal(
+            np.asarray(outs[N][name]), np.asarray(outs[1][name])
+        )
     assert np.asarray(outs[1]["E.spike"]).sum() > 0
 
 
 def test_rows_graph_ledger_matches_shards_and_memory_analysis():
     n_exc, n_inh = coba.sizes(SCALE)
-    net = coba.build(jax.devices(), scale=SCALE, conn="event", graph="rows", start="random")
+    net = coba.build(
+        jax.devices(), scale=SCALE, conn="event", graph="rows", start="random"
+    )
     sim = coba.Simulation(net, record=("count",))
     pred = coba.predict(n_exc, n_inh, N, "event", graph="rows", counters=True)
     got = coba.measured_bytes(net)
@@ -306,19 +395,41 @@ def test_regime_statistics_tell_poisson_from_synchrony():
     poisson = rng.random((20000, 200)) < 0.003  # 30 Hz, independent
     stats = coba.regime(poisson)
     assert stats["rate"] == pytest.approx(30, rel=0.05)
-    assert stats["fano"] == pytest.approx(1, abs=0.2) and stats["cv"] == pytest.approx(1, abs=0.1)
+    assert stats["fano"] == pytest.approx(1, abs=0.2) and stats["cv"] == pytest.approx(
+        1, abs=0.1
+    )
     sync = np.zeros((20000, 200), bool)
     sync[::333] = True  # everyone fires together at 30 Hz
     assert coba.regime(sync)["fano"] > 50 and coba.regime(sync)["cv"] < 0.05
 
 
 def test_model_bytes_says_what_does_not_shrink():
-    rows = {k: dict((item, b) for item, b, _ in coba.model_bytes(10**6, k, conn="event",
-                                                             weights=True, delay_steps=15))
-            for k in (1, 8)}
-    fixed = [item for item, _, shrinks in coba.model_bytes(10**6, 1, conn="event") if not shrinks]
-    assert fixed == ["row pointers (int32, 2 per source)", "gathered spikes, D steps (bool)"]
-    assert rows[8]["gathered spikes, D steps (bool)"] == rows[1]["gathered spikes, D steps (bool)"]
-    assert rows[8]["synapse ids (int32)"] * 8 == rows[1]["synapse ids (int32)"] == 320 * 10**6
+    rows = {
+        k: dict(
+            (item, b)
+            for item, b, _ in coba.model_bytes(
+                10**6, k, conn="event", weights=True, delay_steps=15
+            )
+        )
+        for k in (1, 8)
+    }
+    fixed = [
+        item
+        for item, _, shrinks in coba.model_bytes(10**6, 1, conn="event")
+        if not shrinks
+    ]
+    assert fixed == [
+        "row pointers (int32, 2 per source)",
+        "gathered spikes, D steps (bool)",
+    ]
+    assert (
+        rows[8]["gathered spikes, D steps (bool)"]
+        == rows[1]["gathered spikes, D steps (bool)"]
+    )
+    assert (
+        rows[8]["synapse ids (int32)"] * 8
+        == rows[1]["synapse ids (int32)"]
+        == 320 * 10**6
+    )
     with pytest.raises(ValueError):
         coba.model_bytes(10, 1, conn="mask")

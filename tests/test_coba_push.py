@@ -3,6 +3,7 @@
 conftest.py starts JAX with 4 simulated CPU devices.  Small networks (scale 0.1: 336 E
 + 84 I neurons, both divisible by 1, 2, 3, 4, 6, 7 and 12) keep the file short.
 """
+
 import re
 
 import jax
@@ -32,14 +33,18 @@ def index_run():
 
 @pytest.fixture(scope="module")
 def push_runs():  # (net, outputs, program text) by (devices, kernel)
-    return {(k, kernel): _run(k, conn="push", kernel=kernel)
-            for k, kernel in sorted({(1, "auto"), (2, "auto"), (N, "auto"), (N, "xla")})}
+    return {
+        (k, kernel): _run(k, conn="push", kernel=kernel)
+        for k, kernel in sorted({(1, "auto"), (2, "auto"), (N, "auto"), (N, "xla")})
+    }
 
 
-@pytest.mark.parametrize("k, kernel", sorted({(1, "auto"), (2, "auto"), (N, "auto"),
-                                               (N, "xla")}))
-def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(k, kernel, index_run,
-                                                             push_runs):
+@pytest.mark.parametrize(
+    "k, kernel", sorted({(1, "auto"), (2, "auto"), (N, "auto"), (N, "xla")})
+)
+def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(
+    k, kernel, index_run, push_runs
+):
     """Spikes and V bit for bit, on 1, 2 and 4 devices; ``kernel="xla"`` is the GPU's
     path (static event slots), forced on the CPU."""
     net, out, _ = push_runs[k, kernel]
@@ -50,19 +55,24 @@ def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(k, kernel, index_r
     stats = coba.push.burst_stats(net)
     assert all(dropped == 0 for dropped, _ in stats.values())
     assert stats["E"][1] > 0 and stats["E2E"][1] > 0  # it saw spikes and events
-    assert net.E2E.comm.op.cpu_kernels == (kernel == "auto" and coba.kernels.available())
+    assert net.E2E.comm.op.cpu_kernels == (
+        kernel == "auto" and coba.kernels.available()
+    )
 
 
 def test_push_on_the_benchmarks_bernoulli_graph():
     """The published form (Bernoulli p = 0.02, randomised start): padded columns."""
     kw = dict(graph="bernoulli", start="random", sizes=(336, 84))
-    ref = coba.Simulation(coba.build(book.devices()[:1], conn="index", **kw),
-                          record=("spike", "V")).run(100)
-    out = coba.Simulation(coba.build(book.devices(), conn="push", **kw),
-                          record=("spike", "V")).run(100)
+    ref = coba.Simulation(
+        coba.build(book.devices()[:1], conn="index", **kw), record=("spike", "V")
+    ).run(100)
+    out = coba.Simulation(
+        coba.build(book.devices(), conn="push", **kw), record=("spike", "V")
+    ).run(100)
     for name in ref:
-        np.testing.assert_array_equal(np.asarray(out[name]), np.asarray(ref[name]),
-                                      err_msg=name)
+        np.testing.assert_array_equal(
+            np.asarray(out[name]), np.asarray(ref[name]), err_msg=name
+        )
     assert np.asarray(ref["E.spike"]).sum() > 0
 
 
@@ -77,7 +87,7 @@ def test_the_cpu_kernels_are_used_on_a_cpu(push_runs):
 def test_a_planted_overflow_of_the_spike_buffer_is_counted_exactly():
     x = coba.push.SpikeExchange(40, None, fraction=0.01)
     cap = x.capacity
-    on = np.arange(0, 40, 3)[:cap + 2]  # two more spikes than there is room for
+    on = np.arange(0, 40, 3)[: cap + 2]  # two more spikes than there is room for
     spikes = jnp.zeros(40, bool).at[on].set(True)
     ids = np.asarray(x.update(spikes))  # eagerly: the counter is a BrainPy Variable
     np.testing.assert_array_equal(ids, on[:cap])  # the first ones, in order
@@ -100,8 +110,9 @@ def test_a_planted_overflow_of_the_event_slots_is_counted_exactly():
 
 @pytest.mark.parametrize("kernel", ["auto", "xla"])
 def test_a_network_with_too_small_a_buffer_raises_after_the_chunk(kernel):
-    net = coba.build(book.devices(), scale=SCALE, conn="push", spike_capacity=0.001,
-                     kernel=kernel)
+    net = coba.build(
+        book.devices(), scale=SCALE, conn="push", spike_capacity=0.001, kernel=kernel
+    )
     sim = coba.Simulation(net, record=())
     with pytest.raises(coba.push.DeliveryOverflow, match="spike_capacity"):
         sim.run(100)  # the opening volley (steps 60-70) does not fit its few slots
@@ -130,8 +141,11 @@ def unknown_trip_counts(text: str) -> list[str]:
     """The ``while`` instructions of an optimized HLO text whose trip count XLA does not
     know (``known_trip_count`` in the backend config).  A local reader until
     ``shardbook.hlo.Program.whiles`` lands."""
-    return [line.split("=")[0].strip() for line in text.splitlines()
-            if _WHILE.search(line) and not _TRIPS.search(line)]
+    return [
+        line.split("=")[0].strip()
+        for line in text.splitlines()
+        if _WHILE.search(line) and not _TRIPS.search(line)
+    ]
 
 
 def test_every_loop_of_the_push_step_has_a_known_trip_count(push_runs):
@@ -152,25 +166,35 @@ def test_push_exchanges_indices_not_bools(push_runs):
     if N == 1:
         assert gathers == []
     else:
-        assert gathers == sorted(4 * N * c for c in caps)  # int32 ids, every device's block
+        assert gathers == sorted(
+            4 * N * c for c in caps
+        )  # int32 ids, every device's block
 
 
 # ------------------------------------------------------------ compiled for 8 x H200
-GPU_NEURONS = 840_000  # 105,000 per GPU: where the per-device capacity margins are small
+GPU_NEURONS = (
+    840_000  # 105,000 per GPU: where the per-device capacity margins are small
+)
 
 
 @pytest.fixture(scope="module")
 def h200():
     if not book.gputarget.wheels_installed():
         pytest.skip("GPU-target wheels not installed (./ci/install_gpu_target)")
-    job = dict(builder="shardbook.gputarget_steps:coba_hh", devices=8, text=True,
-               kwargs=dict(conn="push", steps=10, neurons=GPU_NEURONS))
+    job = dict(
+        builder="shardbook.gputarget_steps:coba_hh",
+        devices=8,
+        text=True,
+        kwargs=dict(conn="push", steps=10, neurons=GPU_NEURONS),
+    )
     return book.gputarget.compile_jobs([job], timeout=900)[0]
 
 
 def test_push_for_8_h200_has_static_loops_and_an_eighth_of_the_bool_exchange(h200):
     text = h200["text"]
-    assert unknown_trip_counts(text) == [], "a loop would copy its predicate to the host"
+    assert unknown_trip_counts(text) == [], (
+        "a loop would copy its predicate to the host"
+    )
     assert _TRIPS.findall(text) == ["10"] and "conditional(" not in text
     step = [c for c in h200["collectives"] if c["per_step"]]
     assert [c["op"] for c in step] == ["all-gather"]  # E and I ids, combined by XLA:GPU

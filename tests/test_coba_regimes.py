@@ -176,8 +176,9 @@ def test_the_time_step_series_is_complete_and_read_the_same_way():
     assert set(conv) == {"brette", "nest"}
     for form, got in conv.items():
         assert set(got["table"]) == {0.1, 0.05, 0.025} and got["finest"] == 0.025
-        assert all(cell[2] >= 4 for row in got["table"].values()
-                   for cell in row.values())
+        assert all(
+            cell[2] >= 4 for row in got["table"].values() for cell in row.values()
+        )
         assert all(v["diff"] == 0 for v in got["verdict"][0.025].values())
     # a planted series that does not move with dt is "converged" everywhere
     flat = [dict(r, stats=dict(r["stats"], rate=30.0)) for r in data["runs"]]

@@ -1,10 +1,12 @@
-"""The time model of chapter 4 (``coba.timemodel``): what does not shrink stays undivided.
+"""The time model of chapter 4 (``coba.timemodel``): what does not shrink stays
+undivided.
 
 The old model (``gpu_step_s`` in chapter 4) put the event CSR's pass over every
 presynaptic neuron into ``per_neuron * N / devices``.  Here the model's bytes per device
 are checked against the compiled programs at 1, 2 and 4 devices, and the old division,
 planted, fails that check.
 """
+
 import numpy as np
 import pytest
 
@@ -40,18 +42,31 @@ def test_a_planted_division_of_the_pass_that_does_not_shrink_fails(event_census)
 
 
 def test_terms_keep_their_scaling():
-    c = tm.Census("x", 10**6, split_bytes=8e8, fixed_bytes=2e7, exchange_bytes=1e6,
-                  collectives=1, kernels=30, host_syncs=0)
+    c = tm.Census(
+        "x",
+        10**6,
+        split_bytes=8e8,
+        fixed_bytes=2e7,
+        exchange_bytes=1e6,
+        collectives=1,
+        kernels=30,
+        host_syncs=0,
+    )
     one, many = ({t.name: t for t in tm.terms(c, n)} for n in (1, 512))
     for name, t in one.items():
         if t.shrinks:
             assert many[name].seconds == pytest.approx(t.seconds / 512)
-    assert many["memory, on every device"].seconds == one["memory, on every device"].seconds
+    assert (
+        many["memory, on every device"].seconds
+        == one["memory, on every device"].seconds
+    )
     assert many["kernel launches"].seconds == one["kernel launches"].seconds
     assert one["collective latency"].seconds == 0 < many["collective latency"].seconds
     assert [t.name for t in tm.terms(c, 1) if t.shrinks] == ["memory, split"]
     # at 512 devices the split memory is small and something that does not shrink wins
-    assert tm.dominant(c, 1) == "memory, split" and tm.dominant(c, 512) != "memory, split"
+    assert (
+        tm.dominant(c, 1) == "memory, split" and tm.dominant(c, 512) != "memory, split"
+    )
     rows = tm.curve(c)["rows"]
     assert [r["devices"] for r in rows] == list(tm.DEVICE_COUNTS)
     assert all(np.isclose(r["total_s"], tm.step_seconds(c, r["devices"])) for r in rows)
@@ -61,11 +76,14 @@ def test_nccl_ring_latency_and_link_arithmetic():
     hw = tm.HARDWARE
     assert tm.allgather_latency(1) == 0
     assert tm.allgather_latency(8) == pytest.approx(6.6e-6 + 7 * 0.6e-6)
-    # 16 GPUs on 2 nodes: 14 steps inside nodes (at least the 1 us net overhead), 1 across
+    # 16 GPUs on 2 nodes: 14 steps inside nodes (at least the 1 us net overhead), 1
+    # across
     assert tm.allgather_latency(16) == pytest.approx(6.6e-6 + 14 * 1.0e-6 + 2.7e-6)
     assert tm.link_seconds(8e6, 8) == pytest.approx(7e6 / hw["nvlink_bytes_per_s"])
     t16 = tm.link_seconds(16e6, 16)
-    assert t16 == pytest.approx(7e6 / hw["nvlink_bytes_per_s"] + 8e6 / hw["net_bytes_per_s"])
+    assert t16 == pytest.approx(
+        7e6 / hw["nvlink_bytes_per_s"] + 8e6 / hw["net_bytes_per_s"]
+    )
     assert set(tm.SOURCES) == set(hw)  # every hardware figure has its source
 
 
@@ -74,5 +92,7 @@ def test_curves_plot():
 
     matplotlib.use("Agg")
     c = tm.Census("push", 10**8, 4e9, 1e8, 1e7, 1, 3)
-    ax = coba.plots.plot_time_model({"push": tm.curve(c), "index": tm.curve(c.at(10**7))})
+    ax = coba.plots.plot_time_model(
+        {"push": tm.curve(c), "index": tm.curve(c.at(10**7))}
+    )
     assert len(ax.get_lines()) == 2 and ax.get_xscale() == "log"

@@ -1,4 +1,5 @@
-"""The doorway (``shardbook.book``): device setup, chapter configurations, source regions.
+"""The doorway (``shardbook.book``): device setup, chapter configurations, source
+regions.
 
 * On a machine with ONE accelerator the lessons still see a split: they run on N
   simulated CPU devices, and only the timings use the accelerator (a stubbed probe
@@ -7,6 +8,7 @@
   canonical one at 1 to 8 devices.
 * Every source region a notebook shows exists, and region markers are checked.
 """
+
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +38,9 @@ def restore_devices():
     assert book.devices() == list(before.devices)
 
 
-def test_one_accelerator_gives_simulated_cpu_devices_for_the_lessons(restore_devices,
-                                                                      capsys):
+def test_one_accelerator_gives_simulated_cpu_devices_for_the_lessons(
+    restore_devices, capsys
+):
     cpu = jax.devices("cpu")
     gpu = [FakeAccelerator(0)]
     info = book.setup_devices(probe=lambda: (gpu, cpu))
@@ -67,7 +70,7 @@ def test_no_accelerator_uses_the_simulated_devices(restore_devices):
 
 
 def test_a_device_count_set_too_late_is_refused(monkeypatch):
-    monkeypatch.setenv("BOOK_NUM_DEVICES", "3")      # JAX already runs with 4
+    monkeypatch.setenv("BOOK_NUM_DEVICES", "3")  # JAX already runs with 4
     with pytest.raises(book.DeviceSetupError, match="4 CPU device.*3 were requested"):
         book.setup_devices(verbose=False)
 
@@ -120,7 +123,9 @@ def test_every_region_a_notebook_shows_exists():
     for path in nbs.notebooks():
         for call in _NAMED.finditer(_notebook_code(path)):
             for name in re.findall(r"\"([\w.\-]+)\"", call.group(1)):
-                assert name in known, f"{path.name} shows region {name!r}, which is gone"
+                assert name in known, (
+                    f"{path.name} shows region {name!r}, which is gone"
+                )
 
 
 def test_no_notebook_cuts_source_by_string():
@@ -133,7 +138,9 @@ def test_no_notebook_cuts_source_by_string():
 
 
 NOT_YET_MIGRATED = {
-    "02-data-parallelism", "03-model-parallelism", "04-coba-hh-network",
+    "02-data-parallelism",
+    "03-model-parallelism",
+    "04-coba-hh-network",
     "05a-multi-process",
 }
 
@@ -143,7 +150,8 @@ def test_region_markers(tmp_path):
     pkg.mkdir()
     (pkg / "a.py").write_text(
         "def f():\n    # region: outer\n    x = 1\n    # region: inner\n    y = 2\n"
-        "    # endregion\n    return x + y\n    # endregion\n")
+        "    # endregion\n    return x + y\n    # endregion\n"
+    )
     assert book.region("inner", pkg) == "y = 2"
     assert book.region("outer", pkg) == "x = 1\ny = 2\nreturn x + y"
     with pytest.raises(book.RegionError, match="no source region named 'outr'.*outer"):
@@ -156,7 +164,7 @@ def test_region_markers(tmp_path):
         book.regions(pkg)
 
 
-PENDING = {"rnn", "child"}   # being written; removed when they land
+PENDING = {"rnn", "child"}  # being written; removed when they land
 
 
 def test_the_doorway_names_what_it_offers():

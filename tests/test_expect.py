@@ -7,6 +7,7 @@
 (b) A planted change of one entry fails ``check`` with a message that names the entry.
 (c) A changed entry fails the smallest notebook that relies on it (lax nbval).
 """
+
 import json
 import os
 import re
@@ -22,13 +23,13 @@ from shardbook import book
 
 gt, expect = book.gputarget, book.expect
 ROOT = Path(__file__).resolve().parents[1]
-N = len(book.devices())                    # 4 (tests/conftest.py)
+N = len(book.devices())  # 4 (tests/conftest.py)
 HAVE_WHEELS = gt.wheels_installed()
 CH2, CH3, FSDP = (book.config(name, 8).asdict() for name in ("ch2", "ch3", "fsdp"))
 RNN3 = {k: CH3[k] for k in ("B", "T", "I", "H", "O")}
 
 
-def weights(I, H, O, shards=1):
+def weights(I, H, O, shards=1):  # noqa: E741 (the prose's symbols)
     """P: the RNN's weight bytes on one device (the book's one memory model)."""
     return int(book.train_memory.predict(I, H, O, 8, 1, hidden_shards=shards).weights)
 
@@ -38,9 +39,9 @@ class Case:
     step: str
     builder: str
     kwargs: dict
-    params: object                  # n -> the sizes expect.check needs
+    params: object  # n -> the sizes expect.check needs
     compilers: tuple = ("cpu", "gpu")
-    devices: int | None = None      # None: all (CPU: 4, GPU: 8)
+    devices: int | None = None  # None: all (CPU: 4, GPU: 8)
     key: str = field(default="")
 
 
@@ -50,7 +51,9 @@ def _hidden(n):
 
 def _two_d(n):
     nb, nh = book.mesh_shape_2d(n)
-    return dict(RNN3, nb=nb, nh=nh, grad_bytes=weights(CH3["I"], CH3["H"], CH3["O"], nh))
+    return dict(
+        RNN3, nb=nb, nh=nh, grad_bytes=weights(CH3["I"], CH3["H"], CH3["O"], nh)
+    )
 
 
 def _coba(neurons):
@@ -59,33 +62,75 @@ def _coba(neurons):
 
 
 CASES = [
-    Case("tiny.dp", "tiny_data_parallel", {},            # B = 64, D = 32
-         lambda n: {"grad_bytes": 2 * 32 * 32 * 4}),
-    Case("rnn.dp", "rnn_data_parallel", {k: CH2[k] for k in ("B", "T", "I", "H", "O")},
-         lambda n: {"grad_bytes": weights(CH2["I"], CH2["H"], CH2["O"])}),
+    Case(
+        "tiny.dp",
+        "tiny_data_parallel",
+        {},  # B = 64, D = 32
+        lambda n: {"grad_bytes": 2 * 32 * 32 * 4},
+    ),
+    Case(
+        "rnn.dp",
+        "rnn_data_parallel",
+        {k: CH2[k] for k in ("B", "T", "I", "H", "O")},
+        lambda n: {"grad_bytes": weights(CH2["I"], CH2["H"], CH2["O"])},
+    ),
     Case("rnn.hidden", "rnn_hidden", RNN3, _hidden),
     Case("rnn.hidden", "rnn_hidden", RNN3, _hidden, devices=1, key="one device"),
     Case("rnn.2d", "rnn_hidden", dict(RNN3, two_d=True), _two_d),
     Case("rnn.hidden.rows", "rnn_hidden_rows", RNN3, _hidden),
     Case("rnn.hidden.forward", "rnn_forward", RNN3, _hidden),
     Case("rnn.hidden.shard_map", "rnn_shard_map", RNN3, _hidden),
-    Case("rnn.hidden.shard_map", "rnn_shard_map", RNN3, _hidden, devices=1,
-         key="one device"),
-    Case("rnn.fsdp", "rnn_fsdp", RNN3,
-         lambda n: dict(RNN3, W=weights(CH3["I"], CH3["H"], CH3["O"]))),
-    Case("mlp.fsdp", "fsdp_mlp", FSDP, lambda n: {"D": FSDP["D"], "layers": FSDP["layers"]}),
+    Case(
+        "rnn.hidden.shard_map",
+        "rnn_shard_map",
+        RNN3,
+        _hidden,
+        devices=1,
+        key="one device",
+    ),
+    Case(
+        "rnn.fsdp",
+        "rnn_fsdp",
+        RNN3,
+        lambda n: dict(RNN3, W=weights(CH3["I"], CH3["H"], CH3["O"])),
+    ),
+    Case(
+        "mlp.fsdp",
+        "fsdp_mlp",
+        FSDP,
+        lambda n: {"D": FSDP["D"], "layers": FSDP["layers"]},
+    ),
     Case("coba.step", "coba_hh", {"steps": 10}, _coba(4200)),
-    Case("coba.step", "coba_hh", {"steps": 10, "neurons": 31_458_000}, _coba(31_458_000),
-         compilers=("gpu",), key="above 30 MiB"),
+    Case(
+        "coba.step",
+        "coba_hh",
+        {"steps": 10, "neurons": 31_458_000},
+        _coba(31_458_000),
+        compilers=("gpu",),
+        key="above 30 MiB",
+    ),
     # the same compiles as rnn.hidden (not donated), and the pure step donated
-    Case("rnn.train.memory", "rnn_hidden", RNN3,
-         lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"], n), "donated": False}),
-    Case("rnn.train.memory", "rnn_hidden", RNN3,
-         lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"]), "donated": False},
-         devices=1, key="one device"),
-    Case("rnn.train.memory", "rnn_functional", dict(RNN3, donate=True),
-         lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"], n), "donated": True},
-         key="donated"),
+    Case(
+        "rnn.train.memory",
+        "rnn_hidden",
+        RNN3,
+        lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"], n), "donated": False},
+    ),
+    Case(
+        "rnn.train.memory",
+        "rnn_hidden",
+        RNN3,
+        lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"]), "donated": False},
+        devices=1,
+        key="one device",
+    ),
+    Case(
+        "rnn.train.memory",
+        "rnn_functional",
+        dict(RNN3, donate=True),
+        lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"], n), "donated": True},
+        key="donated",
+    ),
 ]
 for c in CASES:
     c.key = f"{c.step} [{c.key}]" if c.key else c.step
@@ -96,7 +141,7 @@ def test_every_entry_of_the_table_has_a_case():
     table = expect.table()
     for step, compiler in expect.entries():
         if table[step][compiler].get("kind") == "parameters":
-            continue                 # exercised by test_train_temporaries_* below
+            continue  # exercised by test_train_temporaries_* below
         assert (step, compiler) in covered, f"no compile exercises {step} on {compiler}"
     assert covered <= set(expect.entries()), covered - set(expect.entries())
 
@@ -105,26 +150,35 @@ def compiled_here(builder: str, kwargs: dict, devices: int | None = None):
     return shared.here(builder, kwargs, devices)
 
 
-GPU_JOBS = {c.key: shared.register(c.builder, c.kwargs, devices=c.devices or 8)
-            for c in CASES if "gpu" in c.compilers}
+GPU_JOBS = {
+    c.key: shared.register(c.builder, c.kwargs, devices=c.devices or 8)
+    for c in CASES
+    if "gpu" in c.compilers
+}
 
 
 @pytest.fixture(scope="module")
 def cpu_programs():
-    return {c.key: compiled_here(c.builder, c.kwargs, c.devices)
-            for c in CASES if "cpu" in c.compilers}
+    return {
+        c.key: compiled_here(c.builder, c.kwargs, c.devices)
+        for c in CASES
+        if "cpu" in c.compilers
+    }
 
 
 @pytest.fixture(scope="module")
 def gpu_programs():
     if not HAVE_WHEELS:
-        pytest.skip(f"GPU-target wheels not installed in {gt.target_dir()}: run "
-                    "ci/install_gpu_target")
+        pytest.skip(
+            f"GPU-target wheels not installed in {gt.target_dir()}: run "
+            "ci/install_gpu_target"
+        )
     return {name: shared.gpu(key) for name, key in GPU_JOBS.items()}
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if "cpu" in c.compilers],
-                         ids=lambda c: c.key)
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if "cpu" in c.compilers], ids=lambda c: c.key
+)
 def test_cpu_entry_holds(case, cpu_programs):
     prog = cpu_programs[case.key]
     assert prog.compiler == "cpu"
@@ -134,8 +188,9 @@ def test_cpu_entry_holds(case, cpu_programs):
     print(line)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if "gpu" in c.compilers],
-                         ids=lambda c: c.key)
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if "gpu" in c.compilers], ids=lambda c: c.key
+)
 def test_gpu_entry_holds(case, gpu_programs):
     prog = gpu_programs[case.key]
     assert prog.compiler == "gpu" and "NVIDIA H200" in prog.meta["target"]
@@ -148,7 +203,9 @@ def test_while_loops_carry_known_trip_counts(cpu_programs, gpu_programs):
     for progs in (cpu_programs, gpu_programs):
         dp, coba = progs["rnn.dp"], progs["coba.step"]
         assert [(w.phase, w.known_trip_count) for w in dp.whiles] == [
-            ("fwd", CH2["T"]), ("bwd", CH2["T"])]
+            ("fwd", CH2["T"]),
+            ("bwd", CH2["T"]),
+        ]
         assert [w.known_trip_count for w in coba.whiles] == [10]
         assert dp.traffic() == dp.traffic(CH2["T"])
     gpu_dp = gpu_programs["rnn.dp"]
@@ -165,46 +222,64 @@ def _planted(tmp_path, monkeypatch, old: str, new: str):
     return path
 
 
-def test_a_planted_change_fails_check_and_names_the_entry(cpu_programs, tmp_path,
-                                                          monkeypatch):
+def test_a_planted_change_fails_check_and_names_the_entry(
+    cpu_programs, tmp_path, monkeypatch
+):
     prog = cpu_programs["rnn.hidden"]
     params = _hidden(N)
     expect.check("rnn.hidden", prog, **params)
     # XLA:CPU's backward all-reduce of the state, planted as a reduce-scatter
-    _planted(tmp_path, monkeypatch,
-             'all-gather", phase = "bwd", shapes = ["f32[{B},{H}]"] },\n'
-             '  { op = "all-reduce", phase = "bwd"',
-             'all-gather", phase = "bwd", shapes = ["f32[{B},{H}]"] },\n'
-             '  { op = "reduce-scatter", phase = "bwd"')
+    _planted(
+        tmp_path,
+        monkeypatch,
+        'all-gather", phase = "bwd", shapes = ["f32[{B},{H}]"] },\n'
+        '  { op = "all-reduce", phase = "bwd"',
+        'all-gather", phase = "bwd", shapes = ["f32[{B},{H}]"] },\n'
+        '  { op = "reduce-scatter", phase = "bwd"',
+    )
     with pytest.raises(AssertionError) as err:
         expect.check("rnn.hidden", prog, **params)
     message = str(err.value)
-    assert message.startswith("xla:cpu rnn.hidden (expectations.toml, measured with JAX")
+    assert message.startswith(
+        "xla:cpu rnn.hidden (expectations.toml, measured with JAX"
+    )
     assert "missing: reduce-scatter sync f32[8,840]" in message
     assert "not expected: bwd all-reduce sync f32[8,840] (26,880 B)" in message
     assert "why: Chapter 3, W_in and W_rec split by columns" in message
     assert all(len(s) <= expect.WIDTH for s in message.splitlines())
 
 
-def test_a_planted_count_byte_or_memory_change_fails(cpu_programs, tmp_path, monkeypatch):
+def test_a_planted_count_byte_or_memory_change_fails(
+    cpu_programs, tmp_path, monkeypatch
+):
     dp, mem = cpu_programs["rnn.dp"], cpu_programs["rnn.train.memory"]
     grads = {"grad_bytes": weights(CH2["I"], CH2["H"], CH2["O"])}
     P = {"P": weights(CH3["I"], CH3["H"], CH3["O"], N), "donated": False}
-    _planted(tmp_path, monkeypatch, 'arrays = 3, bytes = "{grad_bytes}" }',
-             'arrays = 3, bytes = "{grad_bytes + 4}" }')
-    with pytest.raises(AssertionError,
-                       match=r"(?s)xla:cpu rnn\.dp .*missing: all-reduce sync \(3 arrays, "
-                             r"4,868 B\) x1"):
+    _planted(
+        tmp_path,
+        monkeypatch,
+        'arrays = 3, bytes = "{grad_bytes}" }',
+        'arrays = 3, bytes = "{grad_bytes + 4}" }',
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"(?s)xla:cpu rnn\.dp .*missing: all-reduce sync \(3 arrays, "
+        r"4,868 B\) x1",
+    ):
         expect.check("rnn.dp", dp, **grads)
-    _planted(tmp_path, monkeypatch, 'below = "(6 if donated else 7) * P"',
-             'below = "(6 if donated else 6.1) * P"')
+    _planted(
+        tmp_path,
+        monkeypatch,
+        'below = "(6 if donated else 7) * P"',
+        'below = "(6 if donated else 6.1) * P"',
+    )
     with pytest.raises(AssertionError, match=r"total = [\d,]+ B, expected < "):
         expect.check("rnn.train.memory", mem, **P)
 
 
 def test_a_wrong_step_or_size_is_caught(cpu_programs):
     prog = cpu_programs["rnn.hidden"]
-    with pytest.raises(AssertionError, match="rnn.hidden.rows"):   # the other layout
+    with pytest.raises(AssertionError, match="rnn.hidden.rows"):  # the other layout
         expect.check("rnn.hidden.rows", prog, **_hidden(N))
     with pytest.raises(AssertionError, match="missing: all-gather sync f32"):
         expect.check("rnn.hidden", prog, **dict(_hidden(N), B=16))
@@ -218,11 +293,14 @@ def test_the_expected_line_predicts_before_compiling():
     line = expect.expected("rnn.hidden", "gpu", **_hidden(8), n=8)
     assert " ".join(line.split()) == (
         "xla:gpu rnn.hidden: all async: once per call: all-reduce f32[20,8,8] x1; "
-        "forward loop: all-gather f32[8,840] x1; backward loop: all-gather f32[8,840] x1, "
-        "reduce-scatter f32[8,105] x1")
+        "forward loop: all-gather f32[8,840] x1; "
+        "backward loop: all-gather f32[8,840] x1, reduce-scatter f32[8,105] x1"
+    )
     assert all(len(s) <= expect.WIDTH for s in line.splitlines())
-    assert expect.expected("rnn.hidden", "cpu", devices=1, **_hidden(1)) == \
-        "xla:cpu rnn.hidden: one device, no collective"
+    assert (
+        expect.expected("rnn.hidden", "cpu", devices=1, **_hidden(1))
+        == "xla:cpu rnn.hidden: one device, no collective"
+    )
     with pytest.raises(expect.ExpectationMissing, match="these sizes are outside it"):
         expect.expected("mlp.fsdp", "gpu", D=840, layers=3, n=8)
 
@@ -239,19 +317,30 @@ def test_a_version_without_an_entry_says_so(tmp_path, monkeypatch):
 def _bound(p, tm_prediction, *, donate, batch_split, param_shards):
     """The temporaries bound of float32 steps, from the entry's numbers."""
     P = tm_prediction.weights
-    extra = (p["donated_grads_batch_split"] if batch_split else p["donated_grads"]) \
-        if donate else 0
+    extra = (
+        (p["donated_grads_batch_split"] if batch_split else p["donated_grads"])
+        if donate
+        else 0
+    )
     gathered = p["fsdp_gathered"] * P * param_shards if param_shards > 1 else 0
-    return p["slack"] * (tm_prediction.activations + extra * P + gathered) \
+    return (
+        p["slack"] * (tm_prediction.activations + extra * P + gathered)
         + p["small_buffers"]
+    )
 
 
 TEMPORARIES = [  # (builder, kwargs, predict() keywords): the compiles of CASES
     ("rnn_hidden", RNN3, {"hidden_shards": N}),
-    ("rnn_data_parallel", {k: CH2[k] for k in ("B", "T", "I", "H", "O")},
-     {"batch_shards": N}),
-    ("rnn_functional", dict(RNN3, donate=True),
-     {"hidden_shards": N, "donate": True, "bm_jit": False}),
+    (
+        "rnn_data_parallel",
+        {k: CH2[k] for k in ("B", "T", "I", "H", "O")},
+        {"batch_shards": N},
+    ),
+    (
+        "rnn_functional",
+        dict(RNN3, donate=True),
+        {"hidden_shards": N, "donate": True, "bm_jit": False},
+    ),
     ("rnn_fsdp", RNN3, {"batch_shards": N, "param_shards": N, "bm_jit": False}),
 ]
 
@@ -262,9 +351,11 @@ def temporaries_measured():
     for builder, kwargs, keys in TEMPORARIES:
         sizes = [kwargs[k] for k in ("I", "H", "O", "B", "T")]
         pred = book.train_memory.predict(*sizes, **keys)
-        bound = {"donate": keys.get("donate", False),
-                 "batch_split": keys.get("batch_shards", 1) > 1,
-                 "param_shards": keys.get("param_shards", 1)}
+        bound = {
+            "donate": keys.get("donate", False),
+            "batch_split": keys.get("batch_shards", 1) > 1,
+            "param_shards": keys.get("param_shards", 1),
+        }
         out.append((keys, pred, bound, compiled_here(builder, kwargs).memory))
     return out
 
@@ -280,8 +371,11 @@ def test_train_temporaries_are_tight_enough_to_fail(temporaries_measured):
     the bound: the numbers are measured, not padding."""
     p = dict(expect.parameters("train.temporaries", "cpu"))
     p["donated_grads"] -= 1
-    broken = [keys for keys, pred, how, memory in temporaries_measured
-              if memory["temporaries"] > _bound(p, pred, **how)]
+    broken = [
+        keys
+        for keys, pred, how, memory in temporaries_measured
+        if memory["temporaries"] > _bound(p, pred, **how)
+    ]
     assert broken == [{"hidden_shards": N, "donate": True, "bm_jit": False}], broken
 
 
@@ -293,14 +387,17 @@ def _notebook_calls() -> dict[str, list[Path]]:
     calls: dict[str, list[Path]] = {}
     for path in sorted((ROOT / "book").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
-        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        code = "\n".join(
+            "".join(c["source"]) for c in cells if c["cell_type"] == "code"
+        )
         for step in set(CALL.findall(code)):
             calls.setdefault(step, []).append(path)
     return calls
 
 
 def _plant(text: str, step: str, compiler: str) -> str:
-    """The table with the first collective of ``step`` on ``compiler`` made another op."""
+    """The table with the first collective of ``step`` on ``compiler`` made another
+    op."""
     head = f'["{step}".{compiler}]'
     start = text.index(head)
     body = text.index('op = "', start) + len('op = "')
@@ -313,17 +410,33 @@ def _plant(text: str, step: str, compiler: str) -> str:
 def test_a_changed_entry_fails_the_notebook_that_relies_on_it(step, tmp_path):
     calls = _notebook_calls()
     if not calls:
-        pytest.skip("no notebook calls expect.check yet: the chapters migrate to the "
-                    "table after issue 18's reader lands")
+        pytest.skip(
+            "no notebook calls expect.check yet: the chapters migrate to the "
+            "table after issue 18's reader lands"
+        )
     if step not in calls:
         pytest.skip(f"no notebook relies on {step!r}")
     notebook = min(calls[step], key=lambda p: p.stat().st_size)
     table = tmp_path / "expectations.toml"
     table.write_text(_plant(expect.TABLE.read_text(), step, "cpu"))
     env = {**os.environ, expect.ENV_VAR: str(table), "BOOK_NUM_DEVICES": "8"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--nbval-lax", str(notebook)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900,
-                          check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--nbval-lax",
+            str(notebook),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert done.returncode != 0, f"{notebook.name} passed with {step} changed"
     assert step in done.stdout, done.stdout[-3000:]

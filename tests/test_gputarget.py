@@ -1,10 +1,14 @@
 """Tests of shardbook.gputarget: compiling for 8 x H200 / H100 without a GPU.
 
-The GPU-target compiles run in ONE child process (module fixture), so JAX starts there once.
-They need the wheels of ci/requirements-gpu-target.txt in .venv/gpu-target: the test command
-installs them first (ci/install_gpu_target).  Without them, those tests are SKIPPED with a
+The GPU-target compiles run in ONE child process (module fixture), so JAX starts there
+once.
+They need the wheels of ci/requirements-gpu-target.txt in .venv/gpu-target: the test
+command
+installs them first (ci/install_gpu_target).  Without them, those tests are SKIPPED with
+a
 message saying so; the parsing and installer tests always run.
 """
+
 import json
 import os
 import subprocess
@@ -22,7 +26,10 @@ gt, hlo, expect = book.gputarget, book.hlo, book.expect
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_WHEELS = gt.wheels_installed()
 needs_wheels = pytest.mark.skipif(
-    not HAVE_WHEELS, reason=f"GPU-target wheels not installed in {gt.target_dir()}: run ci/install_gpu_target")
+    not HAVE_WHEELS,
+    reason=f"GPU-target wheels not installed in {gt.target_dir()}: "
+    "run ci/install_gpu_target",
+)
 
 B = "shardbook.gputarget_steps:"
 
@@ -55,7 +62,8 @@ GPU_TEXT = """\
 HloModule jit_step
 
 %body (p: (s32[], pred[420])) -> (s32[], pred[420]) {
-  %ag-start = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-start(%a, %b), channel_id=1, dimensions={0}
+  %ag-start = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-
+  start(%a, %b), channel_id=1, dimensions={0}
   %ag-done = (pred[3360]{0}, pred[840]{0}) all-gather-done(%ag-start)
   ROOT %t = (s32[], pred[420]) tuple(%i, %x)
 }
@@ -65,12 +73,15 @@ HloModule jit_step
 }
 
 ENTRY %main (a: f32[8,840]) -> f32[8,105] {
-  %w = (s32[], pred[420]) while(%init), condition=%cond, body=%body, metadata={op_name="jit(step)/while"}
-  %rs-start = ((f32[8,840]{1,0}), f32[8,105]{1,0}) reduce-scatter-start(%a), channel_id=2, dimensions={1}
+  %w = (s32[], pred[420]) while(%init), condition=%cond, body=%body,
+  metadata={op_name="jit(step)/while"}
+  %rs-start = ((f32[8,840]{1,0}), f32[8,105]{1,0}) reduce-scatter-start(%a),
+  channel_id=2, dimensions={1}
   %rs-done = f32[8,105]{1,0} reduce-scatter-done(%rs-start)
   %ar-start = f32[1217]{0} all-reduce-start(%flat), channel_id=3, to_apply=%add
   %ar-done = f32[1217]{0} all-reduce-done(%ar-start)
-  %cp-start = (f32[4]{0}, f32[4]{0}, u32[], u32[]) collective-permute-start(%c), channel_id=4
+  %cp-start = (f32[4]{0}, f32[4]{0}, u32[], u32[]) collective-permute-start(%c),
+  channel_id=4
   ROOT %r = f32[8,105]{1,0} copy(%rs-done)
 }
 """
@@ -78,16 +89,38 @@ ENTRY %main (a: f32[8,840]) -> f32[8,105] {
 
 def test_program_reads_async_gpu_forms():
     prog = hlo.Program(GPU_TEXT, "gpu")
-    got = [(c.op, c.async_, c.loop, c.phase, c.shapes, c.nbytes) for c in prog.collectives]
+    got = [
+        (c.op, c.async_, c.loop, c.phase, c.shapes, c.nbytes) for c in prog.collectives
+    ]
     assert got == [
-        ("all-gather", True, 0, "fwd", ("pred[3360]", "pred[840]"), 4200),  # both results
-        ("reduce-scatter", True, None, "once", ("f32[8,105]",), 3360),     # not the operand
-        ("all-reduce", True, None, "once", ("f32[1217]",), 4868),          # results only
+        (
+            "all-gather",
+            True,
+            0,
+            "fwd",
+            ("pred[3360]", "pred[840]"),
+            4200,
+        ),  # both results
+        (
+            "reduce-scatter",
+            True,
+            None,
+            "once",
+            ("f32[8,105]",),
+            3360,
+        ),  # not the operand
+        ("all-reduce", True, None, "once", ("f32[1217]",), 4868),  # results only
         ("collective-permute", True, None, "once", ("f32[4]",), 16),
     ]
-    assert prog.rows()[0] == {"where": "loop 0", "op": "all-gather", "async_": True,
-                              "shapes": "pred[3360] pred[840]", "count": 1, "bytes": 4200,
-                              "shown": "pred[3360] pred[840]"}
+    assert prog.rows()[0] == {
+        "where": "loop 0",
+        "op": "all-gather",
+        "async_": True,
+        "shapes": "pred[3360] pred[840]",
+        "count": 1,
+        "bytes": 4200,
+        "shown": "pred[3360] pred[840]",
+    }
     assert [(w.body, w.known_trip_count) for w in prog.whiles] == [("body", None)]
     with pytest.raises(ValueError, match="no known trip count"):
         prog.traffic()
@@ -101,8 +134,11 @@ def test_a_compiled_program_travels_as_json():
     assert prog.meta["target"].endswith("(this process)")
     for text in (True, False):
         back = hlo.Program.from_json(json.loads(json.dumps(prog.to_json(text=text))))
-        assert (back.compiler, back.devices, back.memory) == \
-            (prog.compiler, prog.devices, prog.memory)
+        assert (back.compiler, back.devices, back.memory) == (
+            prog.compiler,
+            prog.devices,
+            prog.memory,
+        )
         assert back.collectives == prog.collectives and back.whiles == prog.whiles
         assert back.table() == prog.table() and back.traffic(3) == prog.traffic(3)
         assert back.constants(0) == prog.constants(0)
@@ -123,22 +159,35 @@ JOBS = {  # what depends on the target; the table's entries: tests/test_expect.p
 def gpu():
     """One child process for every GPU-target compile of the session."""
     if not HAVE_WHEELS:
-        pytest.skip(f"GPU-target wheels not installed in {gt.target_dir()}: run "
-                    "ci/install_gpu_target")
+        pytest.skip(
+            f"GPU-target wheels not installed in {gt.target_dir()}: run "
+            "ci/install_gpu_target"
+        )
     return {name: shared.gpu(key) for name, key in JOBS.items()}
 
 
 @needs_wheels
 def test_tiny_step_on_every_target(gpu):
     grads = 2 * 32 * 32 * 4
-    for key, what in (("tiny", "8 x NVIDIA H200"), ("tiny_h100", "8 x NVIDIA H100 SXM"),
-                      ("tiny_2x8", "16 x NVIDIA H200 (2 hosts)")):
+    for key, what in (
+        ("tiny", "8 x NVIDIA H200"),
+        ("tiny_h100", "8 x NVIDIA H100 SXM"),
+        ("tiny_2x8", "16 x NVIDIA H200 (2 hosts)"),
+    ):
         prog = gpu[key]
         assert prog.meta["target"] == what and prog.compiler == "gpu"
-        print(expect.check("tiny.dp", prog, grad_bytes=grads))  # one flat async all-reduce
+        print(
+            expect.check("tiny.dp", prog, grad_bytes=grads)
+        )  # one flat async all-reduce
         m = prog.memory
-        assert m["arguments"] == 2 * 32 * 32 * 4 + 64 * 32 * 4 // prog.meta["mesh"]["batch"]
-        assert m["total"] == m["arguments"] + m["outputs"] - m["aliased"] + m["temporaries"]
+        assert (
+            m["arguments"]
+            == 2 * 32 * 32 * 4 + 64 * 32 * 4 // prog.meta["mesh"]["batch"]
+        )
+        assert (
+            m["total"]
+            == m["arguments"] + m["outputs"] - m["aliased"] + m["temporaries"]
+        )
 
 
 @needs_wheels
@@ -154,7 +203,8 @@ def test_removing_the_batch_annotation_fails_the_gpu_expectation(gpu):
 
 @needs_wheels
 def test_resizing_a_coba_compile_is_exact(gpu):
-    """Built at 840 neurons and traced at 4200 = built at 4200: same program, same bytes."""
+    """Built at 840 neurons and traced at 4200 = built at 4200: same program, same
+    bytes."""
     print(expect.check("coba.step", gpu["coba"], exc=3360, inh=840))
     assert gpu["coba_resized"].memory == gpu["coba"].memory
     assert gpu["coba_resized"].collectives == gpu["coba"].collectives
@@ -165,24 +215,46 @@ def test_the_compat_report_view_of_a_program(gpu):
     """Notebooks not yet migrated read a Program as the old report dict."""
     rep = gpu["coba"]
     assert rep["memory"] is rep.memory and rep["target"] == "8 x NVIDIA H200"
-    assert rep["collectives"] == [{"op": "all-gather", "async": True, "loop": 0,
-                                   "per_step": True, "backward": False,
-                                   "shapes": ["pred[3360]", "pred[840]"], "nbytes": 4200,
-                                   "computation": rep.collectives[0].computation}]
+    assert rep["collectives"] == [
+        {
+            "op": "all-gather",
+            "async": True,
+            "loop": 0,
+            "per_step": True,
+            "backward": False,
+            "shapes": ["pred[3360]", "pred[840]"],
+            "nbytes": 4200,
+            "computation": rep.collectives[0].computation,
+        }
+    ]
     assert gt.traffic(rep, 10) == rep.traffic(10) == (10, 42000)
     assert gt.table(rep, "t") == rep.table("t")
     assert rep["child_s"] > 0
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("jax_cuda12_plugin") is not None,
-                    reason="this environment itself has JAX's CUDA plugin (a GPU install)")
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("jax_cuda12_plugin") is not None,
+    reason="this environment itself has JAX's CUDA plugin (a GPU install)",
+)
 def test_notebook_kernel_never_sees_the_cuda_plugin():
-    """A plain `import jax` in this environment, with no environment variables, gets CPU devices
+    """A plain `import jax` in this environment, with no environment variables, gets CPU
+    devices
     and no CUDA messages: the wheels live outside sys.path."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
-    code = ("import jax, importlib.util as u; print(jax.devices()[0].platform, "
-            "u.find_spec('jax_plugins') is None, u.find_spec('jax_cuda12_plugin') is None)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, env=env, check=False)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+    }
+    code = (
+        "import jax, importlib.util as u; print(jax.devices()[0].platform, "
+        "u.find_spec('jax_plugins') is None, u.find_spec('jax_cuda12_plugin') is None)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
     assert out.stdout.split() == ["cpu", "True", "True"], out.stderr[-2000:]
     assert "cuda" not in out.stderr.lower(), out.stderr[-2000:]

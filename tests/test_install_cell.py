@@ -7,6 +7,7 @@ cell runs in a real IPython shell with ``google.colab`` faked in ``sys.modules``
 the ``%pip`` magic captured; the requirement it asks for is then met by a wheel built
 from this checkout, installed (``--no-deps``) into a temporary virtual environment.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,19 +56,35 @@ def test_every_notebook_starts_with_the_canonical_cell():
         got = nbs.source(nbs.first_code_cell(nbs.load(path)))
         assert got == want, f"{path.name}: run python ci/install_cell.py --write"
     assert f"git+{REPO_URL}@v{VERSION}" in want
-    assert want.endswith("\nfrom shardbook import book\n\n# N simulated CPU devices "
-                         "(N = $BOOK_NUM_DEVICES, default 8), or all real GPUs/TPUs\n"
-                         "info = book.setup_devices()")
+    assert want.endswith(
+        "\nfrom shardbook import book\n\n# N simulated CPU devices "
+        "(N = $BOOK_NUM_DEVICES, default 8), or all real GPUs/TPUs\n"
+        "info = book.setup_devices()"
+    )
 
 
 def test_the_writer_puts_it_into_a_first_cell_and_keeps_the_rest(tmp_path):
-    old = {"cell_type": "code", "execution_count": 1, "id": "a", "source": ["x = 1"],
-           "metadata": {"tags": ["hide-cell"]},
-           "outputs": [{"output_type": "stream", "name": "stdout", "text": ["hi\n"]}]}
+    old = {
+        "cell_type": "code",
+        "execution_count": 1,
+        "id": "a",
+        "source": ["x = 1"],
+        "metadata": {"tags": ["hide-cell"]},
+        "outputs": [{"output_type": "stream", "name": "stdout", "text": ["hi\n"]}],
+    }
     path = tmp_path / "nb.ipynb"
-    nbs.save(path, {"cells": [{"cell_type": "markdown", "id": "m", "metadata": {},
-                               "source": ["# T"]}, old],
-                    "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    nbs.save(
+        path,
+        {
+            "cells": [
+                {"cell_type": "markdown", "id": "m", "metadata": {}, "source": ["# T"]},
+                old,
+            ],
+            "metadata": {},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        },
+    )
     assert install_cell.differs(path) and install_cell.write(path)
     cell = nbs.first_code_cell(nbs.load(path))
     assert nbs.source(cell) == install_cell.canonical()
@@ -84,24 +101,48 @@ def _run_cell(tmp_path, branch: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env.update(JAX_PLATFORMS="cpu", BOOK_NUM_DEVICES="2")
     env.pop("KAGGLE_KERNEL_RUN_TYPE", None)
-    run = subprocess.run([sys.executable, str(driver), branch, str(cell)], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(driver), branch, str(cell)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     line = [ln for ln in run.stdout.splitlines() if ln.startswith("ANSWER ")][-1]
-    return json.loads(line[len("ANSWER "):])
+    return json.loads(line[len("ANSWER ") :])
 
 
 def _wheel(tmp_path) -> Path:
     """A wheel of this checkout's shardbook, built from a copy (no build/ left here)."""
     src = tmp_path / "src"
-    shutil.copytree(ROOT / "shardbook", src / "shardbook",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "shardbook",
+        src / "shardbook",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     shutil.copy(ROOT / "pyproject.toml", src)
     out = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "--disable-pip-version-check",
-                    "-w", str(out), str(src)],
-                   check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     (wheel,) = out.glob("shardbook-*.whl")
     return wheel
 
@@ -109,7 +150,7 @@ def _wheel(tmp_path) -> Path:
 def test_hosted_cell_installs_the_books_tagged_version_from_a_local_wheel(tmp_path):
     answer = _run_cell(tmp_path, "cpu")
     assert answer["ok"], "the cell failed in IPython"
-    assert answer["devices"] == 2                 # and then set up the devices
+    assert answer["devices"] == 2  # and then set up the devices
     want = f'install -q "shardbook[hosted] @ git+{REPO_URL}@v{VERSION}"'
     assert answer["pip"] == [want]
     req = Requirement(want.split('"')[1])
@@ -125,19 +166,45 @@ def test_hosted_cell_installs_the_books_tagged_version_from_a_local_wheel(tmp_pa
         meta = z.read(f"shardbook-{VERSION}.dist-info/METADATA").decode()
     assert f"\nVersion: {VERSION}\n" in meta
     for pin in PROJECT["optional-dependencies"]["hosted"]:
-        assert f"Requires-Dist: {pin}; extra == \"hosted\"" in meta, pin
+        assert f'Requires-Dist: {pin}; extra == "hosted"' in meta, pin
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
-                   check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+        check=True,
+        timeout=120,
+    )
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
-                    "-q", "--no-deps", "--no-index", "--disable-pip-version-check",
-                    str(wheel)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     probe = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m, shardbook, shardbook.book;"
-         "print(shardbook.__version__, m.version('shardbook'), shardbook.__file__)"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m, shardbook, shardbook.book;"
+            "print(shardbook.__version__, m.version('shardbook'), shardbook.__file__)",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert probe.returncode == 0, probe.stderr[-2000:]
     version, installed, where = probe.stdout.split()
     assert version == installed == VERSION

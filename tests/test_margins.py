@@ -4,8 +4,10 @@ observed, and every stored verdict was measured.
 book/data/tolerance_margins.json is written by ./ci/margins, which runs the notebooks
 at device counts 1 to 8 natively and under --xla_cpu_max_isa=SSE4_2 with BOOK_GAP_LOG.
 The verdicts are read from the notebooks' stored outputs, which strict nbval proves are
-what the code prints, so a tolerance changed in a notebook without re-measuring fails here.
+what the code prints, so a tolerance changed in a notebook without re-measuring fails
+here.
 """
+
 import json
 import sys
 from pathlib import Path
@@ -27,14 +29,20 @@ def stored_verdicts() -> dict:
         for cell in nbs.code_cells(nbs.load(path)):
             for out in cell.get("outputs", []):
                 for m in VERDICT_RE.finditer(nbs.output_text(out)):
-                    tol = None if m["rtol"] is None else (float(m["rtol"]), float(m["atol"]))
+                    tol = (
+                        None
+                        if m["rtol"] is None
+                        else (float(m["rtol"]), float(m["atol"]))
+                    )
                     found.setdefault(m["check"], set()).add((path.name, tol))
     return found
 
 
 @pytest.fixture(scope="module")
 def margins():
-    assert MARGINS.exists(), "book/data/tolerance_margins.json is missing: run ./ci/margins"
+    assert MARGINS.exists(), (
+        "book/data/tolerance_margins.json is missing: run ./ci/margins"
+    )
     return json.loads(MARGINS.read_text())
 
 
@@ -43,7 +51,9 @@ def test_every_stored_verdict_was_measured_with_its_tolerance(margins):
     verdicts = stored_verdicts()
     assert verdicts, "no verdict in any stored output: the chapters print none?"
     for name, seen in verdicts.items():
-        assert name in checks, f"{name} is printed by {seen} but was never measured: ./ci/margins"
+        assert name in checks, (
+            f"{name} is printed by {seen} but was never measured: ./ci/margins"
+        )
         c = checks[name]
         for nb, tol in seen:
             want = None if c["exact"] else (c["rtol"], c["atol"])
@@ -51,8 +61,11 @@ def test_every_stored_verdict_was_measured_with_its_tolerance(margins):
 
 
 def test_every_tolerance_is_at_least_ten_times_the_worst_case(margins):
-    low = {k: c["margin"] for k, c in margins["checks"].items()
-           if c["margin"] is not None and c["margin"] < 10}
+    low = {
+        k: c["margin"]
+        for k, c in margins["checks"].items()
+        if c["margin"] is not None and c["margin"] < 10
+    }
     assert not low, f"tolerances with less than a 10x margin: {low}"
 
 
@@ -68,5 +81,7 @@ def test_the_margins_cover_device_counts_and_two_isas(margins):
 
 def test_every_uncompared_cell_says_why():
     for row in ignored_cells(ROOT):
-        assert row["reason"], (f"{row['notebook']} code cell {row['cell']} is tagged "
-                               "nbval-ignore-output without '# output not compared: <reason>'")
+        assert row["reason"], (
+            f"{row['notebook']} code cell {row['cell']} is tagged "
+            "nbval-ignore-output without '# output not compared: <reason>'"
+        )

@@ -6,6 +6,7 @@ with another count, so the checks run in a fresh Python process that sets
 BOOK_NUM_DEVICES=4 before importing BrainPy.  It prints its measurements as JSON and
 the tests below assert on them.
 """
+
 import json
 import os
 import subprocess
@@ -120,11 +121,16 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def result():
     env = dict(os.environ, JAX_PLATFORMS="cpu", BOOK_NUM_DEVICES="4")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")][-1]
-    return json.loads(line[len("RESULT"):])
+    return json.loads(line[len("RESULT") :])
 
 
 def test_four_devices(result):
@@ -144,12 +150,19 @@ def test_every_strategy_gives_the_same_training(result):
 def test_hidden_shardings(result):
     # as built (before any jit step could re-shard them by propagation)
     assert result["runs"]["hidden"]["built"] == {
-        "state": "P(None, 'hidden')", "win": "P(None, 'hidden')",
-        "wrec": "P(None, 'hidden')", "wout": "P('hidden', None)"}
+        "state": "P(None, 'hidden')",
+        "win": "P(None, 'hidden')",
+        "wrec": "P(None, 'hidden')",
+        "wout": "P('hidden', None)",
+    }
     # after three training steps
     specs = result["runs"]["hidden"]["specs"]
-    assert specs == {"state": "P(None, 'hidden')", "win": "P(None, 'hidden')",
-                     "wrec": "P(None, 'hidden')", "wout": "P('hidden',)"}
+    assert specs == {
+        "state": "P(None, 'hidden')",
+        "win": "P(None, 'hidden')",
+        "wrec": "P(None, 'hidden')",
+        "wout": "P('hidden',)",
+    }
     assert result["runs"]["hidden"]["state_after_reset"] == "P(None, 'hidden')"
     # Adam moments stay split like their weights after updates
     adam = result["runs"]["hidden"]["adam"]
@@ -163,8 +176,9 @@ def test_batch_and_2d_shardings(result):
     b = result["runs"]["batch"]
     assert b["specs"]["state"] == "P('batch',)"
     assert b["specs"]["wrec"] == "P()"  # replicated
-    assert b["warnings"] == [], ("the RNN should silence BrainPy's all-names-missing "
-                                 "warning on a batch mesh")
+    assert b["warnings"] == [], (
+        "the RNN should silence BrainPy's all-names-missing warning on a batch mesh"
+    )
     d = result["runs"]["2d"]["specs"]
     assert d["state"] == "P('batch', 'hidden')" and d["wrec"] == "P(None, 'hidden')"
 
@@ -174,12 +188,14 @@ def test_unsharded_outside_a_mesh(result):
 
 
 def test_state_only_annotation(result):
-    assert result["state_only_before"] == {"state": "P(None, 'hidden')",
-                                           "wrec": "SingleDeviceSharding"}
+    assert result["state_only_before"] == {
+        "state": "P(None, 'hidden')",
+        "wrec": "SingleDeviceSharding",
+    }
 
 
 def test_argument_order_trap(result):
-    assert result["trap_shape"] == [840, 8]   # batch 840, size 8: mis-shaped, no error
+    assert result["trap_shape"] == [840, 8]  # batch 840, size 8: mis-shaped, no error
     # the discussion's batch_size=1 on 4 devices
     assert result["trap_batch1"] == "IndivisibleError"
     assert result["fixed_shape"] == [1, 840]

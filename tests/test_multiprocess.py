@@ -3,6 +3,7 @@
 The processes are real (jax.distributed on 127.0.0.1), the model is tiny so that the
 test takes seconds: 2 processes x 2 simulated CPU devices, hidden size 8.
 """
+
 import os
 import socket
 import subprocess
@@ -19,8 +20,8 @@ TINY = dict(num_in=4, hidden=8, num_out=2, batch=4, time=5, steps=2)
 
 
 def test_the_task_is_chapter_5a_configuration():
-    assert mp.DEFAULTS == book.config("ch5a", 8).asdict()   # 2 processes x 4 devices
-    assert book.config("ch5a", 9).hidden % 9 == 0            # launch(3, 3) divides
+    assert mp.DEFAULTS == book.config("ch5a", 8).asdict()  # 2 processes x 4 devices
+    assert book.config("ch5a", 9).hidden % 9 == 0  # launch(3, 3) divides
 
 
 def test_free_port_is_loopback_and_free():
@@ -30,7 +31,9 @@ def test_free_port_is_loopback_and_free():
 
 
 def test_child_env(monkeypatch):
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_dump_to=x")
+    monkeypatch.setenv(
+        "XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_dump_to=x"
+    )
     monkeypatch.setenv("BOOK_NUM_DEVICES", "8")
     env = mp.child_env()
     assert env["JAX_PLATFORMS"] == "cpu"
@@ -38,15 +41,22 @@ def test_child_env(monkeypatch):
     assert "BOOK_NUM_DEVICES" not in env
 
 
-COBA_TINY = dict(coba_steps=40, coba_scale=0.5)   # 1,680 E + 420 I: 2 x 2 devices
+COBA_TINY = dict(coba_steps=40, coba_scale=0.5)  # 1,680 E + 420 I: 2 x 2 devices
 
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
-    """One launch, 2 processes x 2 devices: the tiny RNN, then the small COBA-HH network."""
+    """One launch, 2 processes x 2 devices: the tiny RNN, then the small COBA-HH
+    network."""
     out = tmp_path_factory.mktemp("rasters")
-    reports = mp.launch(num_processes=2, devices_per_process=2, timeout_s=240,
-                        coba_out_dir=str(out), **TINY, **COBA_TINY)
+    reports = mp.launch(
+        num_processes=2,
+        devices_per_process=2,
+        timeout_s=240,
+        coba_out_dir=str(out),
+        **TINY,
+        **COBA_TINY,
+    )
     return reports, out
 
 
@@ -55,14 +65,22 @@ def test_two_processes_match_one_process(both):
     assert [r["process_index"] for r in reports] == [0, 1]
     r0, r1 = reports
     # one global mesh of 4 devices, 2 of them in each process
-    assert r0["global_devices"] == r1["global_devices"] and len(r0["global_devices"]) == 4
+    assert (
+        r0["global_devices"] == r1["global_devices"] and len(r0["global_devices"]) == 4
+    )
     assert set(r0["local_devices"]).isdisjoint(r1["local_devices"])
     assert r0["losses"] == r1["losses"]  # a replicated scalar: the same bits everywhere
     for r in reports:
         w = r["wrec"]
-        assert (w["global_shards"], w["addressable_shards"], w["is_fully_addressable"]) == (4, 2, False)
+        assert (
+            w["global_shards"],
+            w["addressable_shards"],
+            w["is_fully_addressable"],
+        ) == (4, 2, False)
         assert w["spec"] == "P(None, 'hidden')"
-        assert r["fetch_error"].startswith("RuntimeError: Fetching value for `jax.Array` that spans")
+        assert r["fetch_error"].startswith(
+            "RuntimeError: Fetching value for `jax.Array` that spans"
+        )
         assert r["mesh_2d"] == {"host": 2, "hidden": 2}
         assert r["fetch_error_2d"] is None  # a full replica in every process: readable
         assert set(r["wrec_bytes_1d"].values()) == {8 * 8 * 4 // 4}
@@ -73,9 +91,12 @@ def test_two_processes_match_one_process(both):
     # the same run in this process (4 devices, see conftest.py)
     import brainpy.math as bm
 
-    RNN, make_task, make_train_step = (book.rnn.RNN, book.rnn.make_task,
-                                       book.rnn.make_train_step)
-    c = {**book.config("ch5a", 4).asdict(), **TINY}   # 2 processes x 2 devices
+    RNN, make_task, make_train_step = (
+        book.rnn.RNN,
+        book.rnn.make_task,
+        book.rnn.make_train_step,
+    )
+    c = {**book.config("ch5a", 4).asdict(), **TINY}  # 2 processes x 2 devices
     with bm.sharding.device_mesh(np.array(book.devices()), ["hidden"]):
         model = RNN(c["num_in"], c["hidden"], c["num_out"], c["batch"], seed=c["seed"])
     step = make_train_step(model, c["lr"])
@@ -83,14 +104,23 @@ def test_two_processes_match_one_process(both):
     ref = [float(step(xs, ys)) for _ in range(c["steps"])]
     verify.close("test.ch5a.rnn.losses", r0["losses"], ref, rtol=1e-5, atol=0)
     for r in reports:  # process_allgather gave every process the whole W_out
-        np.testing.assert_allclose(np.array(r["wout_gathered"]), np.asarray(model.wout.value), atol=1e-6)
+        np.testing.assert_allclose(
+            np.array(r["wout_gathered"]), np.asarray(model.wout.value), atol=1e-6
+        )
 
 
 def test_failure_is_reported_and_all_processes_stop():
     # 7 hidden units cannot be split over 4 devices: both workers fail after joining
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"process \d failed .*\n(.*\n)*.*(Indivisible|divid)"):
-        mp.launch(num_processes=2, devices_per_process=2, timeout_s=120, **dict(TINY, hidden=7))
+    with pytest.raises(
+        RuntimeError, match=r"process \d failed .*\n(.*\n)*.*(Indivisible|divid)"
+    ):
+        mp.launch(
+            num_processes=2,
+            devices_per_process=2,
+            timeout_s=120,
+            **dict(TINY, hidden=7),
+        )
     assert time.monotonic() - t0 < 100
 
 
@@ -103,7 +133,7 @@ def test_timeout_kills_every_process(monkeypatch):
         started.append(p)
         return p
 
-    monkeypatch.setattr(subprocess, "Popen", spy)   # shardbook.child starts them
+    monkeypatch.setattr(subprocess, "Popen", spy)  # shardbook.child starts them
     with pytest.raises(TimeoutError, match="all were killed"):
         mp.launch(num_processes=2, devices_per_process=2, timeout_s=0.5, **TINY)
     assert len(started) == 2 and all(p.poll() is not None for p in started)
@@ -137,22 +167,27 @@ def _coba_reference(devices, scale, steps):
 
     net = coba.build(devices, scale=scale, seed=0)
     out = coba.Simulation(net, record=("spike",)).run(steps)
-    return {f"{pop}{p}": np.asarray(out[f"{pop}.spike"]) for pop in ("E", "I")
-            for p in (0, 1)}
+    return {
+        f"{pop}{p}": np.asarray(out[f"{pop}.spike"])
+        for pop in ("E", "I")
+        for p in (0, 1)
+    }
 
 
 def test_coba_two_processes_bit_identical(both):
     import jax
 
     reports, out = both
-    reference = _coba_reference(jax.devices(), COBA_TINY["coba_scale"],
-                                COBA_TINY["coba_steps"])
+    reference = _coba_reference(
+        jax.devices(), COBA_TINY["coba_scale"], COBA_TINY["coba_steps"]
+    )
     assert all(x.any() for x in reference.values()), "a silent network proves nothing"
     verify.identical("test.ch5a.coba.spikes", _rasters(reports, out), reference)
     for pop in ("E", "I"):
         parts = [r[f"coba_{pop}"] for r in reports]
-        assert all(q["rate_fully_replicated"] and not q["is_fully_addressable"]
-                   for q in parts)
+        assert all(
+            q["rate_fully_replicated"] and not q["is_fully_addressable"] for q in parts
+        )
         assert sum(q["local_spikes"] for q in parts) == parts[0]["total_spikes"]
         assert parts[0]["total_spikes"] == int(reference[f"{pop}0"].sum())
         steps, n = parts[0]["shape"]
@@ -161,47 +196,77 @@ def test_coba_two_processes_bit_identical(both):
 
 
 def test_coba_shifted_seed_on_one_process_is_caught(tmp_path):
-    """Process 1 draws its connectivity and initial state from seed + 1: not identical."""
+    """Process 1 draws its connectivity and initial state from seed + 1: not
+    identical."""
     import jax
 
-    task = dict(steps=0, coba_steps=30, coba_scale=0.25)   # 840 E + 210 I, 2 x 1 device
-    reports = mp.launch(num_processes=2, devices_per_process=1, timeout_s=180,
-                        coba_out_dir=str(tmp_path), coba_shift_process=1, **task)
+    task = dict(steps=0, coba_steps=30, coba_scale=0.25)  # 840 E + 210 I, 2 x 1 device
+    reports = mp.launch(
+        num_processes=2,
+        devices_per_process=1,
+        timeout_s=180,
+        coba_out_dir=str(tmp_path),
+        coba_shift_process=1,
+        **task,
+    )
     reference = _coba_reference(jax.devices()[:2], 0.25, 30)
     with pytest.raises(AssertionError, match="NOT bit-identical"):
-        verify.identical("test.ch5a.coba.spikes-shifted", _rasters(reports, tmp_path),
-                         reference)
+        verify.identical(
+            "test.ch5a.coba.spikes-shifted", _rasters(reports, tmp_path), reference
+        )
 
 
 # -- every graph of chapter 4 across processes, and a checkpoint between them ----------
 # 840 neurons on 2 processes x 2 devices; 50 ms (past the opening transient of the
 # randomised start), then a window of spikes and V compared with one process of 4
 # devices, a checkpoint, and 3 ms more.  "rows" is drawn per device block: 4 devices.
-GRAPHS = [dict(name="bernoulli", build=dict(sizes=[672, 168], graph="bernoulli",
-                                            start="random"),
-               skip=500, window=50, after=30, checkpoint=True),
-          dict(name="rows", build=dict(scale=0.2, graph="rows", conn="event",
-                                       start="random"),
-               skip=500, window=50, after=30, checkpoint=True)]
+GRAPHS = [
+    dict(
+        name="bernoulli",
+        build=dict(sizes=[672, 168], graph="bernoulli", start="random"),
+        skip=500,
+        window=50,
+        after=30,
+        checkpoint=True,
+    ),
+    dict(
+        name="rows",
+        build=dict(scale=0.2, graph="rows", conn="event", start="random"),
+        skip=500,
+        window=50,
+        after=30,
+        checkpoint=True,
+    ),
+]
 
 
 @pytest.fixture(scope="module")
 def every_graph(tmp_path_factory):
     out = tmp_path_factory.mktemp("graphs")
-    reports = mp.launch(num_processes=2, devices_per_process=2, timeout_s=900, steps=0,
-                        coba_nets=GRAPHS, coba_out_dir=str(out))
+    reports = mp.launch(
+        num_processes=2,
+        devices_per_process=2,
+        timeout_s=900,
+        steps=0,
+        coba_nets=GRAPHS,
+        coba_out_dir=str(out),
+    )
     return reports, out
 
 
 def _saved(out, prefix, process):
-    return {var: np.load(out / f"{prefix}_p{process}_{var}.npy")
-            for var in ("spike", "V")}
+    return {
+        var: np.load(out / f"{prefix}_p{process}_{var}.npy") for var in ("spike", "V")
+    }
 
 
 def _both(out, net):
-    return {var: np.concatenate([np.asarray(out[f"{p}.{var}"])
-                                 for p in net.populations], axis=1)
-            for var in ("spike", "V")}
+    return {
+        var: np.concatenate(
+            [np.asarray(out[f"{p}.{var}"]) for p in net.populations], axis=1
+        )
+        for var in ("spike", "V")
+    }
 
 
 @pytest.mark.parametrize("spec", GRAPHS, ids=[g["name"] for g in GRAPHS])
@@ -217,13 +282,17 @@ def test_every_graph_across_two_processes_equals_one_process(every_graph, spec):
     assert spec["skip"] * book.coba.DT >= 50 and ref["spike"].sum() > 50
     name = spec["name"]
     for r in reports:
-        verify.identical(f"test.ch5a.coba.{name}",
-                         _saved(out, name, r["process_index"]), ref,
-                         what=f"{name}: 2 processes x 2 devices vs 1 x 4, spikes and V")
+        verify.identical(
+            f"test.ch5a.coba.{name}",
+            _saved(out, name, r["process_index"]),
+            ref,
+            what=f"{name}: 2 processes x 2 devices vs 1 x 4, spikes and V",
+        )
         here = r["coba_nets"][name]
-        assert here["fingerprint"] == book.coba.fingerprint(net)   # read from each part
-        assert here["in_degree"] == {k: dict(v) for k, v in
-                                     book.coba.in_degree(net).items()}
+        assert here["fingerprint"] == book.coba.fingerprint(net)  # read from each part
+        assert here["in_degree"] == {
+            k: dict(v) for k, v in book.coba.in_degree(net).items()
+        }
 
 
 def test_a_two_process_checkpoint_restores_in_one_process(every_graph):
@@ -237,11 +306,14 @@ def test_a_two_process_checkpoint_restores_in_one_process(every_graph):
         meta = ck.read(path)
         assert meta["processes"] == 2 and meta["step"] == spec["skip"] + spec["window"]
         after = _saved(out, f"{name}_after", 0)
-        for k in ((2,) if name == "bernoulli" else (4,)):   # 1: test_coba_checkpoint
+        for k in (2,) if name == "bernoulli" else (4,):  # 1: test_coba_checkpoint
             sim = ck.restore(path, book.devices()[:k], record=("spike", "V"))
-            verify.identical(f"test.ch5b.coba.{name}-{k}", _both(sim.run(spec["after"]),
-                                                                sim.net), after,
-                             what=f"{name}: saved by 2 processes, restored on 1 x {k}")
+            verify.identical(
+                f"test.ch5b.coba.{name}-{k}",
+                _both(sim.run(spec["after"]), sim.net),
+                after,
+                what=f"{name}: saved by 2 processes, restored on 1 x {k}",
+            )
     with pytest.raises(book.coba.checkpoint.CheckpointMismatch, match="device count"):
         ck.restore(out / "rows_ckpt", book.devices()[:2])
 
@@ -251,8 +323,8 @@ def test_a_rank_that_never_starts_ends_the_others_at_the_initialization_timeout(
     from shardbook import book
 
     got = book.cluster.missing_rank(initialization_timeout=3, timeout_s=90)
-    assert got["returncode"] == -6                   # SIGABRT: JAX's fatal error, no
-    text = "\n".join(got["stderr"])                  # Python exception to catch
+    assert got["returncode"] == -6  # SIGABRT: JAX's fatal error, no
+    text = "\n".join(got["stderr"])  # Python exception to catch
     assert "DEADLINE_EXCEEDED" in text and "RegisterTask" in text
     assert 3 <= got["seconds"] < 60
 
@@ -280,7 +352,7 @@ def test_a_shared_compilation_cache_is_written_by_process_0_and_hit_on_rerun():
     assert r0["requests"] == r1["requests"] == 2
     assert r0["written"] == 2 and not r1["written"] and len(first["files"]) == 2
     assert s0["hits"] == 2 and second["files"] == first["files"]  # nothing new
-    assert not s1["hits"]   # CPU: the key keeps the device assignment (see cluster.py)
+    assert not s1["hits"]  # CPU: the key keeps the device assignment (see cluster.py)
 
 
 def test_float_sums_depend_on_the_order_integer_counts_do_not():
@@ -288,5 +360,5 @@ def test_float_sums_depend_on_the_order_integer_counts_do_not():
 
     got = book.cluster.summation_orders()
     assert not got["float_identical"] and got["float_targets_differing"] > 0
-    assert 0 < got["float_max_rel_diff"] < 1e-5          # the last bits only
+    assert 0 < got["float_max_rel_diff"] < 1e-5  # the last bits only
     assert got["counts_identical"]

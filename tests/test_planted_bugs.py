@@ -15,6 +15,7 @@ And it shows why the chapters compare gradients and not only weights: after one 
 step, the weights of the 7/8 bug pass the same check, because Adam's first update is
 about ``lr * sign(g)``.
 """
+
 import json
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from shardbook import book
 verify = book.verify
 RNN, make_grad_fn, make_task = book.rnn.RNN, book.rnn.make_grad_fn, book.rnn.make_task
 ROOT = Path(__file__).resolve().parents[1]
-B, T, I, H, O = 16, 12, 3, 32, 2      # noqa: E741  (small sizes: the check, not the model)
+B, T, I, H, O = 16, 12, 3, 32, 2  # noqa: E741  (small sizes: the check, not the model)
 NAMES = ("win", "wrec", "wout")
 
 
@@ -71,17 +72,17 @@ def test_ch2_batch_split_gradient_check_catches_planted_bugs(data, reference):
     n = len(book.devices())
     assert n > 1, "a planted shard bug needs more than one device"
     gn = sharded_grads("batch", data)
-    verify.close("ch2.rnn.grads", gn, g1, **tol)            # the real thing passes
+    verify.close("ch2.rnn.grads", gn, g1, **tol)  # the real thing passes
 
     # A dropped shard: the last device's samples never reach the sum (still / B).
     xs, ys = data
     keep = B - B // n
-    g_part, _ = make_grad_fn(ref)(xs[:keep], ys[:keep])      # mean over `keep` samples
+    g_part, _ = make_grad_fn(ref)(xs[:keep], ys[:keep])  # mean over `keep` samples
     dropped = {k: np.asarray(v) * keep / B for k, v in g_part.items()}
     with pytest.raises(AssertionError, match="NOT equal"):
         verify.close("ch2.rnn.grads", dropped, g1, **tol)
 
-    scaled = {k: v * 7 / 8 for k, v in gn.items()}            # a wrong normalisation
+    scaled = {k: v * 7 / 8 for k, v in gn.items()}  # a wrong normalisation
     with pytest.raises(AssertionError, match="NOT equal"):
         verify.close("ch2.rnn.grads", scaled, g1, **tol)
 
@@ -128,13 +129,14 @@ def test_adam_hides_a_scaled_gradient_from_a_weight_check(reference):
         opt.update({k: bm.asarray(g1[by_name[k]] * factor) for k in train_vars})
         updates.append({k: np.asarray(getattr(m, k).value) - w0[k] for k in NAMES})
     for k in NAMES:
-        big = np.abs(g1[k]) > 1e-5                 # gradients well above eps'
+        big = np.abs(g1[k]) > 1e-5  # gradients well above eps'
         assert big.mean() > 0.5
         step = np.abs(updates[0][k][big])
         assert np.all(np.abs(step - 1e-2) < 1e-3), "first step is about lr * sign(g)"
         rel = np.abs(updates[1][k] - updates[0][k])[big] / step
-        assert rel.max() < 0.125 / 10, ("the 12.5 % gradient error shrinks > 10x in "
-                                        "the weights")
+        assert rel.max() < 0.125 / 10, (
+            "the 12.5 % gradient error shrinks > 10x in the weights"
+        )
     tol = tolerance("ch2.rnn.grads")
-    with pytest.raises(AssertionError):            # while the gradient check sees it
+    with pytest.raises(AssertionError):  # while the gradient check sees it
         verify.close("ch2.rnn.grads", {k: g1[k] * 7 / 8 for k in NAMES}, g1, **tol)

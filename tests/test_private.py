@@ -7,6 +7,7 @@
   module or attribute of those libraries; notebooks and tests use no ``_``-prefixed
   attribute at all.
 """
+
 import ast
 import re
 from pathlib import Path
@@ -21,29 +22,46 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Code that names a private part of a library the book does not own.
 PRIVATE_PATTERNS = [
-    (re.compile(r"\b(jax|jaxlib|orbax|brainstate|brainpy|myst_nb)(\.\w+)*\._src\b"), "._src"),
-    (re.compile(r"\bfrom\s+(jax|jaxlib|orbax[.\w]*|brainstate|brainpy)\S*\s+import\s+_"),
-     "a private import"),
+    (
+        re.compile(r"\b(jax|jaxlib|orbax|brainstate|brainpy|myst_nb)(\.\w+)*\._src\b"),
+        "._src",
+    ),
+    (
+        re.compile(
+            r"\bfrom\s+(jax|jaxlib|orbax[.\w]*|brainstate|brainpy)\S*\s+import\s+_"
+        ),
+        "a private import",
+    ),
     (re.compile(r"\._value\b"), "State._value"),
     (re.compile(r"(?<![A-Za-z0-9])_cache_size\b"), "jit's _cache_size"),
-    (re.compile(r"\b(get_state_trace|stateful_fun|jitted_fun)\b"), "brainstate's jit internals"),
+    (
+        re.compile(r"\b(get_state_trace|stateful_fun|jitted_fun)\b"),
+        "brainstate's jit internals",
+    ),
     (re.compile(r"\bmyst_nb\.core\b"), "myst-nb internals"),
     (re.compile(r"\bxla_bridge\b"), "jax's xla_bridge"),
 ]
 QUARANTINE = ROOT / "shardbook" / "private.py"
 # Notebooks not yet moved onto the doorway (shardbook.book); emptied when they are.
 NOT_YET_MIGRATED = {
-    "01-devices-and-shards", "02-data-parallelism", "02b-cnn-recipe",
-    "03-model-parallelism", "04-coba-hh-network", "05a-multi-process", "05b-checkpoints",
-    "05c-troubleshooting", "06-two-compilers",
+    "01-devices-and-shards",
+    "02-data-parallelism",
+    "02b-cnn-recipe",
+    "03-model-parallelism",
+    "04-coba-hh-network",
+    "05a-multi-process",
+    "05b-checkpoints",
+    "05c-troubleshooting",
+    "06-two-compilers",
 }
 
 
 def _code_of_notebook(path: Path) -> str:
     code = nbs.code(path)
     # IPython magics and shell lines are not Python
-    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
-                     for ln in code.splitlines())
+    return "\n".join(
+        "" if ln.lstrip().startswith(("%", "!")) else ln for ln in code.splitlines()
+    )
 
 
 def _files():
@@ -51,7 +69,10 @@ def _files():
     out = []
     for folder in ("shardbook", "tests", "ci", "recipes", "_ext"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if path != QUARANTINE and path.name not in ("jax_private.py", "test_private.py"):
+            if path != QUARANTINE and path.name not in (
+                "jax_private.py",
+                "test_private.py",
+            ):
                 out.append((str(path.relative_to(ROOT)), path.read_text()))
     for path in nbs.notebooks():
         if path.stem not in NOT_YET_MIGRATED:
@@ -60,7 +81,8 @@ def _files():
 
 
 def _code_lines(text: str):
-    """Lines of code with comments and docstrings blanked (prose may cite a source file)."""
+    """Lines of code with comments and docstrings blanked (prose may cite a source
+    file)."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -68,9 +90,13 @@ def _code_lines(text: str):
     lines = text.splitlines()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             for i in range(body[0].lineno - 1, body[0].end_lineno):
                 lines[i] = ""
     return [ln.split("#", 1)[0] if "#" in ln else ln for ln in lines]
@@ -78,33 +104,48 @@ def _code_lines(text: str):
 
 def test_pins_match_requirements():
     req = (ROOT / "requirements.txt").read_text()
-    for name, pin in (("jax", private.PINNED_JAX), ("orbax-checkpoint", private.PINNED_ORBAX),
-                      ("brainstate", private.PINNED_BRAINSTATE),
-                      ("myst-nb", private.PINNED_MYSTNB)):
-        assert f"{name}=={pin}\n" in req, f"{name} {pin} is not the pin in requirements.txt"
+    for name, pin in (
+        ("jax", private.PINNED_JAX),
+        ("orbax-checkpoint", private.PINNED_ORBAX),
+        ("brainstate", private.PINNED_BRAINSTATE),
+        ("myst-nb", private.PINNED_MYSTNB),
+    ):
+        assert f"{name}=={pin}\n" in req, (
+            f"{name} {pin} is not the pin in requirements.txt"
+        )
 
 
-@pytest.mark.parametrize("call", [
-    lambda: private.gloo_on_loopback(),
-    lambda: private.cluster_types(),
-    lambda: private.detector_variables(),
-    lambda: private.detect_cluster({}),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: private.gloo_on_loopback(),
+        lambda: private.cluster_types(),
+        lambda: private.detector_variables(),
+        lambda: private.detect_cluster({}),
+    ],
+)
 def test_jax_guard_names_the_pinned_version(monkeypatch, call):
     monkeypatch.setattr(private, "installed", lambda package: "9.9.9")
-    with pytest.raises(private.PrivateAPIError,
-                       match=r"jax 0\.10\.2, the version this book pins.*9\.9\.9"):
+    with pytest.raises(
+        private.PrivateAPIError,
+        match=r"jax 0\.10\.2, the version this book pins.*9\.9\.9",
+    ):
         call()
 
 
-@pytest.mark.parametrize("package, call", [
-    ("brainstate", lambda: private.bm_jit_parts(None)),
-    ("brainstate", lambda: private.replace_state_values(None, (), None)),
-    ("myst-nb", lambda: private.replace_mystnb_stream_merge(None)),
-])
+@pytest.mark.parametrize(
+    "package, call",
+    [
+        ("brainstate", lambda: private.bm_jit_parts(None)),
+        ("brainstate", lambda: private.replace_state_values(None, (), None)),
+        ("myst-nb", lambda: private.replace_mystnb_stream_merge(None)),
+    ],
+)
 def test_other_guards_name_the_pinned_version(monkeypatch, package, call):
     monkeypatch.setattr(private, "installed", lambda p: "0.0.1")
-    with pytest.raises(private.PrivateAPIError, match=rf"{package} [\d.]+, the version"):
+    with pytest.raises(
+        private.PrivateAPIError, match=rf"{package} [\d.]+, the version"
+    ):
         call()
 
 
@@ -137,8 +178,11 @@ def test_no_private_name_outside_the_quarantine():
 def _private_attributes(text: str):
     tree = ast.parse(text)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
-                and not (node.attr.startswith("__") and node.attr.endswith("__")):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not (node.attr.startswith("__") and node.attr.endswith("__"))
+        ):
             yield node.lineno, node.attr
 
 
@@ -146,13 +190,22 @@ def test_notebooks_and_tests_use_no_underscore_attribute():
     bad = []
     for name, text in _files():
         if name.startswith(("tests/", "book/")):
-            bad += [f"{name}:{line}: .{attr}" for line, attr in _private_attributes(text)]
+            bad += [
+                f"{name}:{line}: .{attr}" for line, attr in _private_attributes(text)
+            ]
     assert not bad, "private attributes used:\n" + "\n".join(bad)
 
 
 def test_the_quarantine_test_catches_a_planted_private_name():
-    planted = "import jax\nx = jax._src.xla_bridge.backends()\nstep.jitted_fun._cache_size()\n"
-    hits = {what for line in _code_lines(planted) for p, what in PRIVATE_PATTERNS
-            if p.search(line)}
+    planted = (
+        "import jax\nx = jax._src.xla_bridge.backends()\n"
+        "step.jitted_fun._cache_size()\n"
+    )
+    hits = {
+        what
+        for line in _code_lines(planted)
+        for p, what in PRIVATE_PATTERNS
+        if p.search(line)
+    }
     assert {"._src", "jit's _cache_size", "brainstate's jit internals"} <= hits
     assert sorted(a for _, a in _private_attributes(planted)) == ["_cache_size", "_src"]

@@ -1,4 +1,5 @@
-"""The cluster launch recipes in recipes/: syntax, SLURM directives, and a fake-cluster run.
+"""The cluster launch recipes in recipes/: syntax, SLURM directives, and a fake-cluster
+run.
 
 CI cannot run SLURM or MPI.  It can check that the scripts parse, that the #SBATCH
 block is one SLURM accepts and JAX's SLURM detection expects, that JAX 0.10.2 really
@@ -6,6 +7,7 @@ reads the environment variables the recipes' comments name, and it can run
 recipes/train_rnn.py in two processes on this machine with the environment that srun
 would set (on CPU, loopback only).
 """
+
 import os
 import py_compile
 import re
@@ -55,21 +57,26 @@ def test_header_and_executable(path):
         header = ast.get_docstring(ast.parse(text)) or ""
     else:
         header = "\n".join(ln for ln in text.splitlines()[1:] if ln.startswith("# "))
-    assert "chapter 5a" in header and re.search(r"\b(sbatch|mpirun_gpu\.sh) ", header), \
-        "start with a header explaining what the file does and how to run it"
+    assert "chapter 5a" in header and re.search(
+        r"\b(sbatch|mpirun_gpu\.sh) ", header
+    ), "start with a header explaining what the file does and how to run it"
     assert os.access(path, os.X_OK), f"{path.name} should be executable (chmod +x)"
 
 
-# -- SLURM directives --------------------------------------------------------------------
+# -- SLURM directives
+# --------------------------------------------------------------------
 def _sbatch_directives(text):
-    """(options dict, index of first command line); SLURM stops reading #SBATCH there."""
+    """(options dict, index of first command line); SLURM stops reading #SBATCH
+    there."""
     opts, first_cmd = {}, None
     for i, line in enumerate(text.splitlines()):
         s = line.strip()
         if i == 0 or not s:
             continue
         if s.startswith("#SBATCH"):
-            assert first_cmd is None, f"#SBATCH on line {i + 1} comes after a command: SLURM ignores it"
+            assert first_cmd is None, (
+                f"#SBATCH on line {i + 1} comes after a command: SLURM ignores it"
+            )
             m = re.fullmatch(r"#SBATCH\s+--([a-z][a-z-]*)(?:=(\S+))?", s)
             assert m, f"malformed directive on line {i + 1}: {s!r}"
             opts[m.group(1)] = m.group(2)
@@ -93,20 +100,26 @@ def test_sbatch_directives():
 def test_sbatch_launches_train_rnn_with_srun():
     text = SBATCH.read_text()
     for entry in ("train_rnn", "run_coba"):
-        assert re.search(rf"^\s*srun\b.*recipes/{entry}\.py", text, re.M), \
+        assert re.search(rf"^\s*srun\b.*recipes/{entry}\.py", text, re.M), (
             f"launch {entry}.py with srun"
-    assert not re.search(r"^[^#]*CUDA_VISIBLE_DEVICES=", text, re.M), "every task must see all GPUs"
+        )
+    assert not re.search(r"^[^#]*CUDA_VISIBLE_DEVICES=", text, re.M), (
+        "every task must see all GPUs"
+    )
 
 
 def test_mpirun_script():
     text = MPIRUN.read_text()
     assert re.search(r"^mpirun\b", text, re.M)
     assert "recipes/train_rnn.py" in text
-    assert "-x JAX_COORDINATOR_ADDRESS" in text, "Open MPI 5 needs the coordinator exported"
+    assert "-x JAX_COORDINATOR_ADDRESS" in text, (
+        "Open MPI 5 needs the coordinator exported"
+    )
     assert "ppr:${GPUS_PER_NODE}:node" in text, "one process per GPU on every node"
 
 
-# -- what JAX 0.10.2 detects (the recipes' comments must be true) -------------------------
+# -- what JAX 0.10.2 detects (the recipes' comments must be true)
+# -------------------------
 def _detect(monkeypatch, env):
     from shardbook import book
 
@@ -114,8 +127,13 @@ def _detect(monkeypatch, env):
 
 
 def test_jax_detects_slurm(monkeypatch):
-    env = dict(SLURM_JOB_ID="4242", SLURM_STEP_NODELIST="gpu[017-020]", SLURM_NTASKS="16",
-               SLURM_PROCID="13", SLURM_LOCALID="1")
+    env = dict(
+        SLURM_JOB_ID="4242",
+        SLURM_STEP_NODELIST="gpu[017-020]",
+        SLURM_NTASKS="16",
+        SLURM_PROCID="13",
+        SLURM_LOCALID="1",
+    )
     addr, n, pid, local = _detect(monkeypatch, env)
     assert addr == f"gpu017:{61440 + 4242 % 4096}"
     assert (n, pid, list(local)) == (16, 13, [1])
@@ -125,47 +143,96 @@ def test_jax_detects_slurm(monkeypatch):
 
 
 def test_jax_detects_open_mpi_4_only(monkeypatch):
-    env = dict(OMPI_MCA_orte_hnp_uri="1531576320.0;tcp://10.96.0.1,10.148.0.1:34911",
-               OMPI_COMM_WORLD_SIZE="8", OMPI_COMM_WORLD_RANK="5", OMPI_COMM_WORLD_LOCAL_RANK="1")
+    env = dict(
+        OMPI_MCA_orte_hnp_uri="1531576320.0;tcp://10.96.0.1,10.148.0.1:34911",
+        OMPI_COMM_WORLD_SIZE="8",
+        OMPI_COMM_WORLD_RANK="5",
+        OMPI_COMM_WORLD_LOCAL_RANK="1",
+    )
     addr, n, pid, local = _detect(monkeypatch, env)
     assert addr == f"10.96.0.1:{61440 + (1531576320 // 4096) % 4096}"
     assert (n, pid, list(local)) == (8, 5, [1])
-    # Open MPI 5 (PRRTE) sets the ranks but not OMPI_MCA_orte_hnp_uri: JAX 0.10.2 misses it
+    # Open MPI 5 (PRRTE) sets the ranks but not OMPI_MCA_orte_hnp_uri: JAX 0.10.2 misses
+    # it
     env.pop("OMPI_MCA_orte_hnp_uri")
     assert _detect(monkeypatch, env) == (None, None, None, None)
 
 
 def test_initialize_kwargs():
     initialize_kwargs = _load_train_module().initialize_kwargs
-    slurm = dict(SLURM_JOB_ID="1", SLURM_STEP_NODELIST="n1", SLURM_NTASKS="2", SLURM_PROCID="0", SLURM_LOCALID="0")
-    ompi4 = dict(OMPI_MCA_orte_hnp_uri="1.0;tcp://10.0.0.1:1", OMPI_COMM_WORLD_SIZE="8",
-                 OMPI_COMM_WORLD_RANK="5", OMPI_COMM_WORLD_LOCAL_RANK="1")
+    slurm = dict(
+        SLURM_JOB_ID="1",
+        SLURM_STEP_NODELIST="n1",
+        SLURM_NTASKS="2",
+        SLURM_PROCID="0",
+        SLURM_LOCALID="0",
+    )
+    ompi4 = dict(
+        OMPI_MCA_orte_hnp_uri="1.0;tcp://10.0.0.1:1",
+        OMPI_COMM_WORLD_SIZE="8",
+        OMPI_COMM_WORLD_RANK="5",
+        OMPI_COMM_WORLD_LOCAL_RANK="1",
+    )
     ompi5 = dict(ompi4, JAX_COORDINATOR_ADDRESS="gpu017:61234")
     del ompi5["OMPI_MCA_orte_hnp_uri"]
     assert initialize_kwargs(slurm) == {}
     assert initialize_kwargs(ompi4) == {}
-    assert initialize_kwargs(ompi5) == dict(coordinator_address="gpu017:61234", num_processes=8,
-                                            process_id=5, local_device_ids=[1])
+    assert initialize_kwargs(ompi5) == dict(
+        coordinator_address="gpu017:61234",
+        num_processes=8,
+        process_id=5,
+        local_device_ids=[1],
+    )
 
 
-# -- a fake SLURM step on this machine ----------------------------------------------------
+# -- a fake SLURM step on this machine
+# ----------------------------------------------------
 def test_train_rnn_under_fake_slurm(tmp_path):
-    """Two processes x 2 CPU devices, with the variables srun sets, on 127.0.0.1 only."""
+    """Two processes x 2 CPU devices, with the variables srun sets, on 127.0.0.1
+    only."""
     from shardbook.multiprocess import free_port
 
     port = free_port()
     ckpt = tmp_path / "ckpt"
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "OMPI_", "BOOK_NUM_DEVICES"))}
-    base.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="2", SLURM_JOB_ID="7",
-                SLURM_STEP_NODELIST="127.0.0.1", SLURM_NTASKS="2",
-                JAX_COORDINATOR_PORT=str(port), JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}")
-    args = [sys.executable, str(TRAIN), "--hidden", "8", "--batch", "4", "--time", "5",
-            "--steps", "2", "--checkpoint-dir", str(ckpt)]
-    procs = [subprocess.Popen(args, env=dict(base, SLURM_PROCID=str(i), SLURM_LOCALID=str(i)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
-             for i in range(2)]
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "OMPI_", "BOOK_NUM_DEVICES"))
+    }
+    base.update(
+        JAX_PLATFORMS="cpu",
+        JAX_NUM_CPU_DEVICES="2",
+        SLURM_JOB_ID="7",
+        SLURM_STEP_NODELIST="127.0.0.1",
+        SLURM_NTASKS="2",
+        JAX_COORDINATOR_PORT=str(port),
+        JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}",
+    )
+    args = [
+        sys.executable,
+        str(TRAIN),
+        "--hidden",
+        "8",
+        "--batch",
+        "4",
+        "--time",
+        "5",
+        "--steps",
+        "2",
+        "--checkpoint-dir",
+        str(ckpt),
+    ]
+    procs = [
+        subprocess.Popen(
+            args,
+            env=dict(base, SLURM_PROCID=str(i), SLURM_LOCALID=str(i)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for i in range(2)
+    ]
     outs = []
     try:
         for p in procs:
@@ -180,7 +247,10 @@ def test_train_rnn_under_fake_slurm(tmp_path):
     losses = [float(x) for x in re.findall(r"loss (\S+)", outs[0])]
     assert len(losses) == 2
     assert "loss" not in outs[1], "only process 0 prints"
-    assert sorted(os.listdir(ckpt)) == ["2"] and (ckpt / "2" / "commit_success.txt").exists()
+    assert (
+        sorted(os.listdir(ckpt)) == ["2"]
+        and (ckpt / "2" / "commit_success.txt").exists()
+    )
 
     # the same training in this process, on its 4 devices, gives the same losses
     import jax
@@ -198,15 +268,20 @@ def test_train_rnn_under_fake_slurm(tmp_path):
     np.testing.assert_allclose(losses, ref, rtol=1e-5)  # printed with 6 decimals
 
 
-# -- a real MPI launch: 2 MPICH ranks on this machine, loopback only ----------------------
+# -- a real MPI launch: 2 MPICH ranks on this machine, loopback only
+# ----------------------
 MPI_LOOPBACK = RECIPES / "mpirun_cpu_loopback.sh"
 RUN_COBA = RECIPES / "run_coba.py"
 
 
 def test_new_recipes_parse(tmp_path):
-    r = subprocess.run(["bash", "-n", str(MPI_LOOPBACK)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["bash", "-n", str(MPI_LOOPBACK)], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
-    py_compile.compile(str(RUN_COBA), cfile=str(tmp_path / "run_coba.pyc"), doraise=True)
+    py_compile.compile(
+        str(RUN_COBA), cfile=str(tmp_path / "run_coba.pyc"), doraise=True
+    )
     for path in (MPI_LOOPBACK, RUN_COBA):
         assert os.access(path, os.X_OK), f"{path.name} should be executable"
     # root is allowed only where the comment explains it, never in a cluster recipe
@@ -218,16 +293,41 @@ def test_new_recipes_parse(tmp_path):
 def test_run_coba_initialize_kwargs():
     kw = _load(RUN_COBA).initialize_kwargs
     assert kw(dict(SLURM_JOB_ID="1", SLURM_NTASKS="2")) == {}
-    assert kw(dict(OMPI_MCA_orte_hnp_uri="1.0;tcp://10.0.0.1:1", OMPI_COMM_WORLD_SIZE="2",
-                   OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_LOCAL_RANK="1")) == {}
-    ompi5 = dict(OMPI_COMM_WORLD_SIZE="8", OMPI_COMM_WORLD_RANK="5",
-                 OMPI_COMM_WORLD_LOCAL_RANK="1", JAX_COORDINATOR_ADDRESS="n1:1234")
-    assert kw(ompi5) == dict(coordinator_address="n1:1234", num_processes=8, process_id=5,
-                             local_device_ids=[1])
-    mpich = dict(PMI_SIZE="2", PMI_RANK="1", JAX_COORDINATOR_ADDRESS="127.0.0.1:9",
-                 JAX_COORDINATOR_BIND_ADDRESS="127.0.0.1:9")
-    assert kw(mpich) == dict(coordinator_address="127.0.0.1:9", num_processes=2,
-                             process_id=1, coordinator_bind_address="127.0.0.1:9")
+    assert (
+        kw(
+            dict(
+                OMPI_MCA_orte_hnp_uri="1.0;tcp://10.0.0.1:1",
+                OMPI_COMM_WORLD_SIZE="2",
+                OMPI_COMM_WORLD_RANK="1",
+                OMPI_COMM_WORLD_LOCAL_RANK="1",
+            )
+        )
+        == {}
+    )
+    ompi5 = dict(
+        OMPI_COMM_WORLD_SIZE="8",
+        OMPI_COMM_WORLD_RANK="5",
+        OMPI_COMM_WORLD_LOCAL_RANK="1",
+        JAX_COORDINATOR_ADDRESS="n1:1234",
+    )
+    assert kw(ompi5) == dict(
+        coordinator_address="n1:1234",
+        num_processes=8,
+        process_id=5,
+        local_device_ids=[1],
+    )
+    mpich = dict(
+        PMI_SIZE="2",
+        PMI_RANK="1",
+        JAX_COORDINATOR_ADDRESS="127.0.0.1:9",
+        JAX_COORDINATOR_BIND_ADDRESS="127.0.0.1:9",
+    )
+    assert kw(mpich) == dict(
+        coordinator_address="127.0.0.1:9",
+        num_processes=2,
+        process_id=1,
+        coordinator_bind_address="127.0.0.1:9",
+    )
 
 
 def _load(path):
@@ -252,13 +352,26 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     port = free_port()
     env = child_env(dict(BOOK_COORDINATOR_PORT=str(port), DEVICES_PER_RANK="1"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    steps, scale = 40, 0.25                       # 840 E + 210 I neurons
+    steps, scale = 40, 0.25  # 840 E + 210 I neurons
     log = tmp_path / "log.txt"
     with open(log, "w") as out:
-        proc = subprocess.Popen(["bash", str(MPI_LOOPBACK), "--scale", str(scale),
-                                 "--steps", str(steps), "--raster-dir", str(tmp_path)],
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                "bash",
+                str(MPI_LOOPBACK),
+                "--scale",
+                str(scale),
+                "--steps",
+                str(steps),
+                "--raster-dir",
+                str(tmp_path),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         seen = watch_listeners(proc, lambda: session_pids(proc.pid), 150, "the MPI run")
     text = log.read_text()
     assert proc.returncode == 0, text[-3000:]
@@ -286,21 +399,30 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
 
 
 def test_jax_mpi4py_detector_under_mpiexec(tmp_path):
-    """JAX's opt-in mpi4py detector works with MPICH, and names the host, not 127.0.0.1."""
+    """JAX's opt-in mpi4py detector works with MPICH, and names the host, not
+    127.0.0.1."""
     script = tmp_path / "detect.py"
     script.write_text(
         "import json, socket, sys\n"
         "from shardbook import book\n"
         "addr, n, pid, local = book.private.detect_cluster({}, method='mpi4py')\n"
         "line = json.dumps(dict(addr=addr, n=n, pid=pid, host=socket.gethostname()))\n"
-        "sys.stdout.write('DETECTED ' + line + '\\n')  # one write: lines never interleave\n"
-        "sys.stdout.flush()\n")
+        # one write: lines never interleave
+        "sys.stdout.write('DETECTED ' + line + '\\n')\n"
+        "sys.stdout.flush()\n"
+    )
     from shardbook.multiprocess import child_env
 
     env = child_env(dict(FI_PROVIDER="shm"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    r = subprocess.run(["mpiexec.gforker", "-n", "2", sys.executable, str(script)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        ["mpiexec.gforker", "-n", "2", sys.executable, str(script)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     import json
 

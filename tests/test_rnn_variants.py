@@ -22,6 +22,7 @@ carries a few such roundings in each of its two factors, and terms of either sig
 cancel, so we allow tau = 16 u = 2^-4 of each gradient's largest entry (and rtol
 tau), which still fails a gradient 12.5 % too small.
 """
+
 import dataclasses
 import functools
 import json
@@ -40,8 +41,8 @@ from shardbook import book
 
 ROOT = Path(__file__).resolve().parents[1]
 rnn, tm, verify = book.rnn, book.train_memory, book.verify
-F32_TOL = {"rtol": 1e-4, "atol": 1e-6}     # the chapters' gradient tolerance
-BF16_TAU = 2.0 ** -4                         # 16 u, u = 2^-8 (see the module text)
+F32_TOL = {"rtol": 1e-4, "atol": 1e-6}  # the chapters' gradient tolerance
+BF16_TAU = 2.0**-4  # 16 u, u = 2^-8 (see the module text)
 SIZES = [(8, 256, 8, 16, 50), (4, 128, 4, 32, 100), (8, 512, 8, 8, 40)]  # I H O B T
 VARIANTS = {
     "plain": {},
@@ -68,10 +69,19 @@ def _abstract(n_in, H, n_out, B, T):
 
 
 def _predict(n_in, H, n_out, B, T, options, donate=False, **shards):
-    return tm.predict(n_in, H, n_out, B, T, donate=donate, bm_jit=False,
-                      remat=options.get("remat", False),
-                      micro_batches=options.get("micro_batches", 1),
-                      compute_dtype=options.get("dtype"), **shards)
+    return tm.predict(
+        n_in,
+        H,
+        n_out,
+        B,
+        T,
+        donate=donate,
+        bm_jit=False,
+        remat=options.get("remat", False),
+        micro_batches=options.get("micro_batches", 1),
+        compute_dtype=options.get("dtype"),
+        **shards,
+    )
 
 
 # ------------------------------------------------------------------ memory
@@ -86,8 +96,9 @@ def test_saved_activations_are_predicted_exactly(name):
     micro = {"remat": options.get("remat", False), "dtype": options.get("dtype")}
     xs_k = jax.ShapeDtypeStruct((B // k, T, n_in), xs.dtype)
     ys_k = jax.ShapeDtypeStruct((B // k, T, n_out), ys.dtype)
-    saved = tm.saved_activations(lambda p, x, y: rnn.loss(p, x, y, **micro),
-                                 params, xs_k, ys_k)
+    saved = tm.saved_activations(
+        lambda p, x, y: rnn.loss(p, x, y, **micro), params, xs_k, ys_k
+    )
     assert saved == _predict(*SIZES[0], options).activations, name
 
 
@@ -96,24 +107,32 @@ def test_a_checkpoint_policy_that_saves_the_dots_keeps_three_arrays():
     params, _, xs, ys = _abstract(*SIZES[0])
     dots = jax.checkpoint_policies.dots_saveable
     saved = tm.saved_activations(
-        lambda p, x, y: rnn.loss(p, x, y, remat=True, policy=dots), params, xs, ys)
+        lambda p, x, y: rnn.loss(p, x, y, remat=True, policy=dots), params, xs, ys
+    )
     assert saved == tm.RESIDUALS * T * B * H * 4
 
 
 CASES = [(size, name, False) for size in SIZES[:2] for name in VARIANTS]
-CASES += [(SIZES[2], "remat", False), (SIZES[2], "all three", False),
-          (SIZES[0], "micro4", True), (SIZES[0], "all three", True),
-          (SIZES[1], "remat", True)]
+CASES += [
+    (SIZES[2], "remat", False),
+    (SIZES[2], "all three", False),
+    (SIZES[0], "micro4", True),
+    (SIZES[0], "all three", True),
+    (SIZES[1], "remat", True),
+]
 
 
 @pytest.mark.parametrize("size,name,donate", CASES)
 def test_compiled_memory_matches_the_prediction(size, name, donate):
     options = VARIANTS[name]
     params, opt, xs, ys = _abstract(*size)
-    compiled = rnn.functional_step(donate=donate, **options).lower(
-        params, opt, xs, ys).compile()
+    compiled = (
+        rnn.functional_step(donate=donate, **options)
+        .lower(params, opt, xs, ys)
+        .compile()
+    )
     p = _predict(*size, options, donate=donate)
-    m = tm.check(p, compiled)               # exact rows, and the XLA:CPU bound
+    m = tm.check(p, compiled)  # exact rows, and the XLA:CPU bound
     assert (m["aliased"] > 0) == donate
 
 
@@ -129,8 +148,9 @@ def test_micro_batches_with_the_batch_split():
     xs, ys = on(xs, data), on(ys, data)
     n = len(book.devices())
     for k in (1, 2):
-        compiled = rnn.functional_step(micro_batches=k).lower(
-            params, opt, xs, ys).compile()
+        compiled = (
+            rnn.functional_step(micro_batches=k).lower(params, opt, xs, ys).compile()
+        )
         p = tm.predict(*SIZES[1], batch_shards=n, bm_jit=False, micro_batches=k)
         tm.check(p, compiled)
 
@@ -176,8 +196,8 @@ def test_the_bound_comes_from_the_table_of_the_programs_compiler():
     c = book.expect.parameters("train.temporaries", "cpu")
     bound = tm.temporaries_bound(p, "cpu")
     assert bound == c["slack"] * p.activations + c["small_buffers"]
-    assert _predict(*size, {}).temporaries == bound      # XLA:CPU's, by default
-    tm.check(p, _plain_step(size), temporaries=True)     # the program's compiler
+    assert _predict(*size, {}).temporaries == bound  # XLA:CPU's, by default
+    tm.check(p, _plain_step(size), temporaries=True)  # the program's compiler
     assert tm.compiler_of(_plain_step(size)) == "cpu"
     with pytest.raises(book.expect.ExpectationMissing, match="gpu"):
         tm.temporaries_bound(p, "gpu")
@@ -193,7 +213,7 @@ def test_variant_options_need_the_pure_step():
 # ------------------------------------------------------------------ gradients
 @pytest.fixture(scope="module")
 def one_device():
-    c = book.config("ch3")                   # chapter 3's sizes: H = 840 on 4
+    c = book.config("ch3")  # chapter 3's sizes: H = 840 on 4
     params = rnn.params_of(rnn.RNN(c.I, c.H, c.O, c.B, annotate="none"))
     xs, ys = rnn.make_task(c.B, c.T, c.I, c.O, seed=0)
     grads, loss = rnn.grad_fn()(params, xs, ys)
@@ -203,8 +223,9 @@ def one_device():
 def _bf16_close(check, got, want):
     for k in want:
         scale = float(np.max(np.abs(np.asarray(want[k]))))
-        verify.close(f"{check}.{k}", got[k], want[k], rtol=BF16_TAU,
-                     atol=BF16_TAU * scale)
+        verify.close(
+            f"{check}.{k}", got[k], want[k], rtol=BF16_TAU, atol=BF16_TAU * scale
+        )
 
 
 def test_remat_gives_bit_identical_gradients(one_device):
@@ -233,9 +254,9 @@ def test_bf16_gradients_are_float32_and_close(one_device):
     params, xs, ys, want, _ = one_device
     for options in ({"dtype": jnp.bfloat16}, VARIANTS["all three"]):
         got, _ = rnn.grad_fn(**options)(params, xs, ys)
-        assert {str(g.dtype) for g in got.values()} == {"float32"}   # master weights
+        assert {str(g.dtype) for g in got.values()} == {"float32"}  # master weights
         _bf16_close("test.rnn.bf16.grads", got, want)
-    with pytest.raises(AssertionError, match="NOT equal"):    # 12.5 % too small
+    with pytest.raises(AssertionError, match="NOT equal"):  # 12.5 % too small
         _bf16_close("test.rnn.bf16.grads", {n: g * 7 / 8 for n, g in got.items()}, want)
 
 
@@ -254,11 +275,13 @@ def test_every_variant_trains_with_the_one_adam(one_device):
 def hidden(one_device):
     params, xs, ys, _, _ = one_device
     mesh = Mesh(np.array(book.devices()), ("hidden",))
-    placed = {k: jax.device_put(w, NamedSharding(mesh, rnn.hidden_specs()[k]))
-              for k, w in params.items()}
+    placed = {
+        k: jax.device_put(w, NamedSharding(mesh, rnn.hidden_specs()[k]))
+        for k, w in params.items()
+    }
     with bm.sharding.device_mesh(np.array(book.devices()), ["hidden"]):
         c = book.config("ch3")
-        model = rnn.RNN(c.I, c.H, c.O, c.B)          # same seeds: the same weights
+        model = rnn.RNN(c.I, c.H, c.O, c.B)  # same seeds: the same weights
     propagation, _ = rnn.make_grad_fn(model)(xs, ys)
     return mesh, placed, propagation
 
@@ -287,17 +310,17 @@ def test_brainstate_shard_map_equals_the_bm_sharding_model(one_device, hidden):
     model = rnn.StateRNN(params, book.config("ch3").B, mesh)
     got, _ = rnn.stateful_grad_fn(model)(xs, ys)
     verify.close("test.rnn.brainstate.grads", got, propagation, **F32_TOL)
-    for k, g in got.items():                  # split like the weight states
+    for k, g in got.items():  # split like the weight states
         book.shards.check_sharding(g, rnn.hidden_specs()[k])
-    assert model.h.value.sharding.spec == P(None, "hidden")   # the state stays split
-    bad, _ = rnn.stateful_grad_fn(model, gather=False)(xs, ys)    # the planted bug
+    assert model.h.value.sharding.spec == P(None, "hidden")  # the state stays split
+    bad, _ = rnn.stateful_grad_fn(model, gather=False)(xs, ys)  # the planted bug
     with pytest.raises(AssertionError, match="NOT equal"):
         verify.close("test.rnn.brainstate.grads", bad, propagation, **F32_TOL)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Uncut(rnn.StateSplit):
-    def recur(self, h, wrec):      # the jax.shard_map version: no cut to W_rec's rows
+    def recur(self, h, wrec):  # the jax.shard_map version: no cut to W_rec's rows
         return jax.lax.all_gather(h, self.axis, axis=1, tiled=True) @ wrec
 
 
@@ -305,12 +328,13 @@ def test_what_brainstate_shard_map_refuses(one_device, hidden):
     """Its first trace runs at the global shapes (see shardbook/rnn/stateful.py)."""
     params, xs, ys, _, _ = one_device
     model = rnn.StateRNN(params, book.config("ch3").B, hidden[0])
-    with pytest.raises(AssertionError, match="ManualAxisType"):   # pcast of new zeros
+    with pytest.raises(AssertionError, match="ManualAxisType"):  # pcast of new zeros
         rnn.stateful_grad_fn(model, recurrence=rnn.HiddenSplit("hidden"))(xs, ys)
     with pytest.raises(TypeError, match="contracting dimensions to have the same"):
         rnn.stateful_grad_fn(model, recurrence=_Uncut("hidden"))(xs, ys)
     # a raw jax.jit around a brainstate transformation cannot track the state writes
-    grads = brainstate.transform.grad(model.split_loss(), grad_states=model.weights,
-                                      return_value=True)
+    grads = brainstate.transform.grad(
+        model.split_loss(), grad_states=model.weights, return_value=True
+    )
     with pytest.raises(Exception, match="no brainstate transformation is active"):
         jax.jit(grads)(xs, ys)

@@ -1,4 +1,6 @@
-"""Tests of the shared helpers: each check must pass on what it claims and fail otherwise."""
+"""Tests of the shared helpers: each check must pass on what it claims and fail
+otherwise."""
+
 import os
 import subprocess
 import sys
@@ -7,8 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from shardbook import DeviceSetupError, hlo, memory, setup_devices, shards
 
@@ -39,21 +40,34 @@ def test_bad_env_value(monkeypatch):
 
 
 def test_too_late_in_fresh_process():
-    """Importing brainpy first starts the backend with 1 device; setup_devices must say so."""
+    """Importing brainpy first starts the backend with 1 device; setup_devices must say
+    so."""
     code = (
-        "import os; os.environ['BOOK_NUM_DEVICES']='3'; os.environ['JAX_PLATFORMS']='cpu'\n"
+        "import os; os.environ['BOOK_NUM_DEVICES']='3'\n"
+        "os.environ['JAX_PLATFORMS']='cpu'\n"
         "import brainpy\n"
         "from shardbook import setup_devices, DeviceSetupError\n"
-        "try:\n    setup_devices(verbose=False)\nexcept DeviceSetupError as e:\n    print('raised', e)\n"
+        "try:\n    setup_devices(verbose=False)\n"
+        "except DeviceSetupError as e:\n    print('raised', e)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS",)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, env=env, check=False)
-    assert "raised JAX is running with 1 CPU device(s), but 3 were requested" in out.stdout, out.stderr[-2000:]
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert (
+        "raised JAX is running with 1 CPU device(s), but 3 were requested" in out.stdout
+    ), out.stderr[-2000:]
 
 
 def test_shard_rows_and_tiling(mesh):
-    x = jax.device_put(jnp.arange(8 * 6, dtype=jnp.float32).reshape(8, 6), NamedSharding(mesh, P("x")))
+    x = jax.device_put(
+        jnp.arange(8 * 6, dtype=jnp.float32).reshape(8, 6), NamedSharding(mesh, P("x"))
+    )
     rows = shards.shard_rows(x)
     assert [r["shape"] for r in rows] == [(2, 6)] * 4
     assert sum(r["nbytes"] for r in rows) == x.nbytes
@@ -118,7 +132,9 @@ def test_hlo_parses_async_and_tuples():
     )
     prog = hlo.Program(text, "gpu")
     assert [(c.op, c.async_) for c in prog.collectives] == [
-        ("all-gather", True), ("all-reduce", False)]
+        ("all-gather", True),
+        ("all-reduce", False),
+    ]
     assert prog.collectives[0].nbytes == 64 and prog.collectives[1].nbytes == 32
     assert prog.collectives[1].shapes == ("f32[4]", "f32[2,2]")
     assert prog.constant_bytes() == 512 * 512 * 4
@@ -127,9 +143,13 @@ def test_hlo_parses_async_and_tuples():
 
 def test_closure_constant_is_full_size_on_every_device(mesh):
     rng = np.random.default_rng(0)  # random data: XLA cannot fold it into a broadcast
-    big = jax.device_put(rng.standard_normal((256, 256), dtype=np.float32), NamedSharding(mesh, P("x")))
+    big = jax.device_put(
+        rng.standard_normal((256, 256), dtype=np.float32), NamedSharding(mesh, P("x"))
+    )
     as_const = hlo.Program(jax.jit(lambda v: big @ v).lower(jnp.ones(256)).compile())
-    as_arg = hlo.Program(jax.jit(lambda m, v: m @ v).lower(big, jnp.ones(256)).compile())
+    as_arg = hlo.Program(
+        jax.jit(lambda m, v: m @ v).lower(big, jnp.ones(256)).compile()
+    )
     assert as_const.constant_bytes() == 256 * 256 * 4
     assert as_arg.constant_bytes() == 0
     assert as_arg.memory["arguments"] == 256 * 256 * 4 // 4 + 256 * 4
@@ -159,14 +179,24 @@ def test_plots_run(mesh):
     x = jax.device_put(jnp.ones((8, 4, 12)), NamedSharding(mesh, P("x", None, None)))
     assert plotting.owner_map(x, 0)[0] == [0] and len(plotting.owner_map(x, 1)[0]) == 4
     plotting.plot_axis_ownership(x, ["batch", "time", "neuron"])
-    plotting.plot_bytes_vs_devices([1, 2, 4], {"a": [4, 2, 1]}, predicted={"a": [4, 2, 1]})
+    plotting.plot_bytes_vs_devices(
+        [1, 2, 4], {"a": [4, 2, 1]}, predicted={"a": [4, 2, 1]}
+    )
 
 
 def test_mesh_shape_2d():
     from shardbook import mesh_shape_2d
 
     assert [mesh_shape_2d(k) for k in range(1, 9)] == [
-        (1, 1), (1, 2), (1, 3), (2, 2), (1, 5), (2, 3), (1, 7), (2, 4)]
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (2, 2),
+        (1, 5),
+        (2, 3),
+        (1, 7),
+        (2, 4),
+    ]
 
 
 def test_check_tiling_against_host_data_catches_a_wrong_layout(mesh):
@@ -182,8 +212,13 @@ def test_check_tiling_against_host_data_catches_a_wrong_layout(mesh):
     idx = sharding.addressable_devices_indices_map(host.shape)
     blocks = [host[idx[d]] for d in devices]
     wrong = jax.make_array_from_single_device_arrays(
-        host.shape, sharding,
-        [jax.device_put(blocks[(i + 1) % len(devices)], d) for i, d in enumerate(devices)])
+        host.shape,
+        sharding,
+        [
+            jax.device_put(blocks[(i + 1) % len(devices)], d)
+            for i, d in enumerate(devices)
+        ],
+    )
     shards.check_tiling(wrong)  # without the host data the defect is invisible
     with pytest.raises(AssertionError, match="holds the wrong data"):
         shards.check_tiling(wrong, host)
@@ -201,7 +236,9 @@ def test_byte_axis_ticks_are_round_powers_of_ten():
 
     assert plotting.round_bytes(1e4) == "10 kB" and plotting.round_bytes(1e6) == "1 MB"
     assert plotting.round_bytes(100) == "100 B"
-    ax = plotting.plot_bytes_vs_devices([1, 2, 4], {"a": [3e6, 1.5e6, 7.5e5], "b": [5e3] * 3})
+    ax = plotting.plot_bytes_vs_devices(
+        [1, 2, 4], {"a": [3e6, 1.5e6, 7.5e5], "b": [5e3] * 3}
+    )
     ticks = list(ax.get_yticks())
     assert ticks == [1e4, 1e5, 1e6]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["10 kB", "100 kB", "1 MB"]
@@ -212,14 +249,19 @@ def test_hlo_counts_every_result_of_an_async_combined_collective():
     """XLA:GPU's async starts return (operands, results[, context]); combined ones carry
     several results.  Counting only one shape under-reports the bytes (seen on H200)."""
     text = """ENTRY %main (p: f32[8]) -> f32[8] {
-  %ags = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-start(pred[420]{0} %a, pred[105]{0} %b), channel_id=1
-  %ars = (f32[4,32]{1,0}, f32[32,32]{1,0}) all-reduce-start(f32[4,32]{1,0} %x, f32[32,32]{1,0} %y), channel_id=2
-  %cps = (f32[8]{0}, f32[8]{0}, u32[], u32[]) collective-permute-start(f32[8]{0} %z), channel_id=3
+  %ags = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-
+  start(pred[420]{0} %a, pred[105]{0} %b), channel_id=1
+  %ars = (f32[4,32]{1,0}, f32[32,32]{1,0}) all-reduce-start(f32[4,32]{1,0} %x,
+  f32[32,32]{1,0} %y), channel_id=2
+  %cps = (f32[8]{0}, f32[8]{0}, u32[], u32[]) collective-permute-start(f32[8]{0} %z),
+  channel_id=3
 }"""
     cs = hlo.Program(text, "gpu").collectives
     assert [(c.op, c.nbytes) for c in cs] == [
-        ("all-gather", 3360 + 840), ("all-reduce", 4 * (4 * 32 + 32 * 32)),
-        ("collective-permute", 32)]
+        ("all-gather", 3360 + 840),
+        ("all-reduce", 4 * (4 * 32 + 32 * 32)),
+        ("collective-permute", 32),
+    ]
     assert cs[0].shapes == ("pred[3360]", "pred[840]") and cs[2].shapes == ("f32[8]",)
 
 

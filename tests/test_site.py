@@ -4,6 +4,7 @@ These tests read files only; nothing is downloaded and nothing is built.  The te
 that drives a real browser is skipped where no Chromium is installed (ci/browser
 installs it and runs the same planted-bug check before it checks the book).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ import site_fixes  # noqa: E402
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]  # the one place the repository URL is set
-NOTEBOOKS = nbs.notebooks()   # _toc.yml's, in reading order
+NOTEBOOKS = nbs.notebooks()  # _toc.yml's, in reading order
 GITHUB = re.compile(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 SELF_LINK = re.compile(
     r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/(?:blob|tree|raw)/"
@@ -72,9 +73,12 @@ def test_readme_and_pyproject_follow_the_repository_url():
 def test_config_launch_settings_follow_the_repository_url():
     from jupyter_book.config import get_final_config
 
-    final, _ = get_final_config(user_yaml=ROOT / "_config.yml", sourcedir=ROOT,
-                                cli_config={"latex_individualpages": False},
-                                raise_on_invalid=True)
+    final, _ = get_final_config(
+        user_yaml=ROOT / "_config.yml",
+        sourcedir=ROOT,
+        cli_config={"latex_individualpages": False},
+        raise_on_invalid=True,
+    )
     theme = final["html_theme_options"]
     assert theme["repository_url"] == REPO_URL
     assert theme["repository_branch"] == "main"
@@ -110,8 +114,9 @@ def test_notebook_install_cell_follows_the_repository_url(path):
 
 
 def _text_files() -> list[Path]:
-    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     keep = (".md", ".ipynb", ".py", ".sh", ".sbatch", ".toml", ".yml", ".txt")
     return [ROOT / f for f in out if f.endswith(keep) and (ROOT / f).is_file()]
 
@@ -155,8 +160,11 @@ def test_binder_environment_is_the_books_pinned_environment():
     assert re.fullmatch(r"python-3\.(1[1-9])", runtime), runtime
     ci = yaml.safe_load((ROOT / ".github/workflows/book.yml").read_text())
     steps = ci["jobs"]["test"]["steps"]
-    versions = [s["with"]["python-version"] for s in steps if "setup-python" in
-                s.get("uses", "")]
+    versions = [
+        s["with"]["python-version"]
+        for s in steps
+        if "setup-python" in s.get("uses", "")
+    ]
     assert versions == [runtime.removeprefix("python-")], "Binder and CI: one Python"
 
 
@@ -179,12 +187,21 @@ def test_inline_scripts_are_written_once():
     from sphinx.builders.html._assets import _JavaScript
 
     body = 'const THEBE_JS_URL = "x"'
-    files = [_JavaScript("a.js"), _JavaScript(None, body=body),
-             _JavaScript("", body=body), _JavaScript("a.js"), _JavaScript("b.js")]
+    files = [
+        _JavaScript("a.js"),
+        _JavaScript(None, body=body),
+        _JavaScript("", body=body),
+        _JavaScript("a.js"),
+        _JavaScript("b.js"),
+    ]
     context = {"script_files": files}
     site_fixes.dedupe_inline_scripts(context)
-    assert [j.filename for j in context["script_files"]] == ["a.js", None, "a.js",
-                                                              "b.js"]
+    assert [j.filename for j in context["script_files"]] == [
+        "a.js",
+        None,
+        "a.js",
+        "b.js",
+    ]
 
 
 def test_footer_links_are_relative_to_the_site_root():
@@ -192,9 +209,11 @@ def test_footer_links_are_relative_to_the_site_root():
         assert resource
         return "../" + target  # as from a page one folder down
 
-    context = {"theme_extra_footer": "see <a href='book/record.html'>it</a>, "
-               "<a href=\"https://x.org/a\">x</a> <a href='#top'>top</a>",
-               "pathto": pathto}
+    context = {
+        "theme_extra_footer": "see <a href='book/record.html'>it</a>, "
+        "<a href=\"https://x.org/a\">x</a> <a href='#top'>top</a>",
+        "pathto": pathto,
+    }
     site_fixes.footer_links_from_root(context)
     footer = context["theme_extra_footer"]
     assert "href='../book/record.html'" in footer
@@ -213,7 +232,12 @@ def test_neighbouring_streams_merge_and_keep_their_order():
     before = json.dumps(outs)
     merged = site_fixes.merge_neighbouring_streams(outs)
     assert [o.get("text", o.get("data", {}).get("text/html")) for o in merged] == [
-        "title 1\n", "grid 1", "title 2\nmore 2\n", "warn\n", "grid 2"]
+        "title 1\n",
+        "grid 1",
+        "title 2\nmore 2\n",
+        "warn\n",
+        "grid 2",
+    ]
     assert json.dumps(outs) == before, "the notebook's outputs must not change"
     assert site_fixes.merge_neighbouring_streams(outs) == merged
 
@@ -232,12 +256,16 @@ def test_record_without_timings_ships_no_placeholder(tmp_path):
 
 
 def _junit(path: Path, seconds: float, tests: int, failures: int = 0) -> None:
-    cases = "".join(f'<testcase classname="book.x" name="Cell {i}" time="0.1"/>'
-                    for i in range(tests))
-    path.write_text(f'<?xml version="1.0" encoding="utf-8"?><testsuites>'
-                    f'<testsuite name="pytest" errors="0" failures="{failures}" '
-                    f'skipped="0" tests="{tests}" time="{seconds}">{cases}'
-                    f'</testsuite></testsuites>')
+    cases = "".join(
+        f'<testcase classname="book.x" name="Cell {i}" time="0.1"/>'
+        for i in range(tests)
+    )
+    path.write_text(
+        f'<?xml version="1.0" encoding="utf-8"?><testsuites>'
+        f'<testsuite name="pytest" errors="0" failures="{failures}" '
+        f'skipped="0" tests="{tests}" time="{seconds}">{cases}'
+        f"</testsuite></testsuites>"
+    )
 
 
 def test_record_with_timings_shows_them(tmp_path):
@@ -264,8 +292,9 @@ def test_record_with_timings_shows_them(tmp_path):
 def test_every_workflow_passes_actionlint():
     if not (ROOT / ".venv/bin/actionlint").exists() and not shutil.which("actionlint"):
         pytest.skip("actionlint is not installed (it is pinned in requirements.txt)")
-    run = subprocess.run([str(ROOT / "ci" / "lint_workflows")], cwd=ROOT,
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [str(ROOT / "ci" / "lint_workflows")], cwd=ROOT, capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
@@ -293,8 +322,10 @@ def test_one_workflow_tests_every_push_and_publishes_that_build():
     assert any("actions/deploy-pages" in s.get("uses", "") for s in deploy["steps"])
     assert not any("run" in s for s in deploy["steps"]), "deploy runs nothing again"
     # ./ci/test itself checks that the record page carries the run's times
-    assert "record.py --check-html _build/html/book/record.html" in (
-        ROOT / "ci" / "test").read_text()
+    assert (
+        "record.py --check-html _build/html/book/record.html"
+        in (ROOT / "ci" / "test").read_text()
+    )
     # no other workflow runs the CPU suite (gpu.yml runs ./ci/test --gpu)
     for other in (ROOT / ".github/workflows").glob("*.yml"):
         if other != WORKFLOW:
@@ -315,9 +346,11 @@ def test_workflow_keeps_the_screenshots_and_the_test_logs():
 
 def test_link_checker_reports_a_missing_image_and_anchor(tmp_path):
     site = browser_test.planted_site(tmp_path)
-    (site / "more.html").write_text('<a href="index.html#nowhere">x</a>'
-                                    '<a href="wide.html">ok</a><p id="here"></p>'
-                                    '<a href="#here">ok</a>')
+    (site / "more.html").write_text(
+        '<a href="index.html#nowhere">x</a>'
+        '<a href="wide.html">ok</a><p id="here"></p>'
+        '<a href="#here">ok</a>'
+    )
     problems = browser_test.check_links(site)
     assert any("figure.png: no such file" in p for p in problems), problems
     assert any("#nowhere" in p and "no anchor" in p for p in problems), problems
@@ -338,7 +371,8 @@ def test_every_page_of_the_toc_must_be_built(tmp_path):
     (tmp_path / "_sources" / plain).unlink()
     assert browser_test.missing_pages(tmp_path) == [
         f"{plain.with_suffix('.html')}: not built from its notebook",
-        f"{gone.with_suffix('.html')}: not built (it is in _toc.yml)"]
+        f"{gone.with_suffix('.html')}: not built (it is in _toc.yml)",
+    ]
 
 
 def test_browser_test_fails_on_a_missing_image_a_wide_page_and_an_error(tmp_path):
@@ -347,19 +381,28 @@ def test_browser_test_fails_on_a_missing_image_a_wide_page_and_an_error(tmp_path
         pytest.skip("no Chromium installed (ci/browser installs Debian's chromium)")
     pytest.importorskip("playwright")
     site = browser_test.planted_site(tmp_path / "site")
-    problems = browser_test.check_pages(site, tmp_path / "shots", chromium,
-                                        search_word=None)
-    assert any(p.startswith("index.html: image not loaded: figure.png")
-               for p in problems), problems
+    problems = browser_test.check_pages(
+        site, tmp_path / "shots", chromium, search_word=None
+    )
+    assert any(
+        p.startswith("index.html: image not loaded: figure.png") for p in problems
+    ), problems
     assert any(p.startswith("wide.html: scrolls sideways by") for p in problems)
     assert any(p.startswith("script.html: page error:") for p in problems)
     phone = [p for p in problems if p.startswith("phone.html")]
     assert len(phone) == 1 and phone[0].endswith("px at 400 px"), phone
     assert not any(p.startswith("wide.html: image") for p in problems)
-    assert any(p.startswith("narrow-code.html: a code line of 88 characters does "
-                            "not fit") for p in problems)
+    assert any(
+        p.startswith("narrow-code.html: a code line of 88 characters does not fit")
+        for p in problems
+    )
     assert sorted(os.listdir(tmp_path / "shots")) == [
-        "index.jpg", "narrow-code.jpg", "phone.jpg", "script.jpg", "wide.jpg"]
+        "index.jpg",
+        "narrow-code.jpg",
+        "phone.jpg",
+        "script.jpg",
+        "wide.jpg",
+    ]
     assert browser_test.self_test(chromium) == []
 
 
@@ -367,37 +410,77 @@ def test_browser_test_fails_on_a_missing_image_a_wide_page_and_an_error(tmp_path
 
 
 def _notebook(path: Path, cells: list[dict]) -> Path:
-    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
-                                "nbformat_minor": 5}))
+    path.write_text(
+        json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    )
     return path
 
 
 def _code(source: str, outputs=(), tags=()) -> dict:
-    return {"cell_type": "code", "source": source, "outputs": list(outputs),
-            "metadata": {"tags": list(tags)}, "execution_count": None}
+    return {
+        "cell_type": "code",
+        "source": source,
+        "outputs": list(outputs),
+        "metadata": {"tags": list(tags)},
+        "execution_count": None,
+    }
 
 
 def test_notebook_checker_catches_long_output_lines(tmp_path, capsys):
     long_code = "x = " + "1 + " * 30 + "1"  # 126 characters: ruff's business, not this
-    nb = _notebook(tmp_path / "bad.ipynb", [
-        {"cell_type": "markdown", "source": "a" * 200, "metadata": {}},
-        _code("ok = 1\n" + long_code),
-        _code("print()", [{"output_type": "stream", "name": "stdout",
-                           "text": "fine\n" + "y" * 101 + "\n"}]),
-        _code(long_code, [{"output_type": "display_data",
-                           "data": {"text/html": "<p/>", "text/plain": "z" * 300}}],
-              tags=["remove-input"]),
-        _code("x", [{"output_type": "stream", "name": "stdout", "text": "w" * 120}],
-              tags=["remove-output"]),
-    ])
+    nb = _notebook(
+        tmp_path / "bad.ipynb",
+        [
+            {"cell_type": "markdown", "source": "a" * 200, "metadata": {}},
+            _code("ok = 1\n" + long_code),
+            _code(
+                "print()",
+                [
+                    {
+                        "output_type": "stream",
+                        "name": "stdout",
+                        "text": "fine\n" + "y" * 101 + "\n",
+                    }
+                ],
+            ),
+            _code(
+                long_code,
+                [
+                    {
+                        "output_type": "display_data",
+                        "data": {"text/html": "<p/>", "text/plain": "z" * 300},
+                    }
+                ],
+                tags=["remove-input"],
+            ),
+            _code(
+                "x",
+                [{"output_type": "stream", "name": "stdout", "text": "w" * 120}],
+                tags=["remove-output"],
+            ),
+        ],
+    )
     assert check_notebooks.long_lines(nb) == [(2, 2, 101)]
     assert check_notebooks.main([str(nb)]) == 1
     out = capsys.readouterr().out
     assert "bad.ipynb: cell 2, output line 2: 101 characters (limit 100)" in out
 
-    good = _notebook(tmp_path / "good.ipynb", [_code(long_code, [
-        {"output_type": "error", "ename": "E", "evalue": "",
-         "traceback": ["\x1b[0;31m" + "e" * 100 + "\x1b[0m"]}])])
+    good = _notebook(
+        tmp_path / "good.ipynb",
+        [
+            _code(
+                long_code,
+                [
+                    {
+                        "output_type": "error",
+                        "ename": "E",
+                        "evalue": "",
+                        "traceback": ["\x1b[0;31m" + "e" * 100 + "\x1b[0m"],
+                    }
+                ],
+            )
+        ],
+    )
     assert check_notebooks.main([str(good)]) == 0
 
 

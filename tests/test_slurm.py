@@ -7,6 +7,7 @@ The spike rasters must equal this process's run bit for bit, and the JAX process
 must listen on loopback only.  Skipped, with the reason, where Slurm is not installed
 or this is not root (``apt-get install slurmctld slurmd slurm-client munge``).
 """
+
 import os
 import shutil
 import subprocess
@@ -21,9 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "recipes" / "slurm_local_cluster.sh"
 
 pytestmark = pytest.mark.skipif(
-    shutil.which("slurmctld") is None or shutil.which("srun") is None or os.geteuid() != 0,
+    shutil.which("slurmctld") is None
+    or shutil.which("srun") is None
+    or os.geteuid() != 0,
     reason="needs root and Debian's slurm-wlm (apt-get install slurmctld slurmd "
-           "slurm-client munge)")
+    "slurm-client munge)",
+)
 
 
 def _rank_pids(marker: str) -> list[int]:
@@ -34,8 +38,11 @@ def _rank_pids(marker: str) -> list[int]:
                 argv = Path(f"/proc/{d}/cmdline").read_bytes().decode().split("\0")
             except OSError:
                 continue
-            if (Path(argv[0]).name != "srun" and any(a.endswith("run_coba.py") for a in argv)
-                    and marker in argv):
+            if (
+                Path(argv[0]).name != "srun"
+                and any(a.endswith("run_coba.py") for a in argv)
+                and marker in argv
+            ):
                 pids.append(int(d))
     return pids
 
@@ -45,27 +52,54 @@ def test_srun_two_tasks_coba_equals_one_process(tmp_path):
     from shardbook.multiprocess import child_env, free_port
 
     state = tmp_path / "slurm"
-    up = subprocess.run(["bash", str(CLUSTER), "start", str(state)], capture_output=True,
-                        text=True, timeout=120)
+    up = subprocess.run(
+        ["bash", str(CLUSTER), "start", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if up.returncode:
         pytest.skip(f"a one-node Slurm did not start here: {up.stderr.strip()[-300:]}")
     try:
         port = free_port()
         out = tmp_path / "rasters"
         out.mkdir()
-        env = child_env(dict(SLURM_CONF=str(state / "slurm.conf"), JAX_NUM_CPU_DEVICES="1",
-                             BOOK_GLOO_LOOPBACK="1", JAX_COORDINATOR_PORT=str(port),
-                             JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}"))
+        env = child_env(
+            dict(
+                SLURM_CONF=str(state / "slurm.conf"),
+                JAX_NUM_CPU_DEVICES="1",
+                BOOK_GLOO_LOOPBACK="1",
+                JAX_COORDINATOR_PORT=str(port),
+                JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}",
+            )
+        )
         steps, scale = 40, 0.25
         log = tmp_path / "srun.txt"
         with open(log, "w") as f:
             proc = subprocess.Popen(
-                ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable,
-                 str(ROOT / "recipes" / "run_coba.py"), "--scale", str(scale), "--steps",
-                 str(steps), "--raster-dir", str(out)],
-                cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-            seen = watch_listeners(proc, lambda: _rank_pids(str(out)), 200,
-                                   "the srun step")
+                [
+                    "srun",
+                    "-n",
+                    "2",
+                    "--kill-on-bad-exit=1",
+                    sys.executable,
+                    str(ROOT / "recipes" / "run_coba.py"),
+                    "--scale",
+                    str(scale),
+                    "--steps",
+                    str(steps),
+                    "--raster-dir",
+                    str(out),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            seen = watch_listeners(
+                proc, lambda: _rank_pids(str(out)), 200, "the srun step"
+            )
         text = log.read_text()
         assert proc.returncode == 0, text[-3000:]
         assert "2 processes, 2 devices (1 per process, cpu)" in text
@@ -81,8 +115,10 @@ def test_srun_two_tasks_coba_equals_one_process(tmp_path):
     ref = coba.Simulation(net, record=("spike",)).run(steps)
     ranks, whole = {}, {}
     for pop in ("E", "I"):
-        parts = sorted((np.load(out / f"raster_p{p}_{pop}.npz") for p in (0, 1)),
-                       key=lambda z: int(z["first"]))
+        parts = sorted(
+            (np.load(out / f"raster_p{p}_{pop}.npz") for p in (0, 1)),
+            key=lambda z: int(z["first"]),
+        )
         ranks[pop] = np.concatenate([z["raster"] for z in parts], axis=1)
         whole[pop] = np.asarray(ref[f"{pop}.spike"])
     assert all(x.any() for x in whole.values())

@@ -4,6 +4,7 @@ We take the first cells of chapter 1, run strict nbval on them as stored (it pas
 then change one stored output line and run it again (it must fail).  This guards the
 promise that the committed outputs are exactly what the code prints.
 """
+
 import copy
 import os
 import subprocess
@@ -31,9 +32,22 @@ def _first_cells(nb, n_code):
 
 def _nbval(path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "BOOK_NUM_DEVICES": "8"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval", "--nbval-current-env",
-           "--nbval-sanitize-with", str(ROOT / "ci" / "sanitize.cfg"), str(path)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=path.parent, timeout=600)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--nbval",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        str(ROOT / "ci" / "sanitize.cfg"),
+        str(path),
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=env, cwd=path.parent, timeout=600
+    )
 
 
 @pytest.mark.skipif(not CHAPTER.exists(), reason="chapter 1 not written yet")
@@ -47,9 +61,13 @@ def test_changed_stored_output_fails(tmp_path):
     target = nb.cells[[i for i, c in enumerate(nb.cells) if c.cell_type == "code"][-1]]
     text = target.outputs[0]["text"]
     assert "0 cpu" in text or "0 gpu" in text, text
-    target.outputs[0]["text"] = text.replace("0 ", "9 ", 1)  # one character of one stored output
+    target.outputs[0]["text"] = text.replace(
+        "0 ", "9 ", 1
+    )  # one character of one stored output
     bad = tmp_path / "tampered.ipynb"
     nbformat.write(nb, bad)
     res = _nbval(bad)
     assert res.returncode != 0, "strict nbval accepted a changed stored output"
-    assert "mismatch" in res.stdout.lower() or "failed" in res.stdout.lower(), res.stdout[-3000:]
+    assert "mismatch" in res.stdout.lower() or "failed" in res.stdout.lower(), (
+        res.stdout[-3000:]
+    )

@@ -9,6 +9,7 @@
 The package's own modules import each other freely; the child processes started with
 ``python -m shardbook.X`` are entry points, not imports.
 """
+
 import ast
 import importlib
 import json
@@ -19,27 +20,42 @@ import pytest
 from shardbook import book
 
 ROOT = Path(__file__).resolve().parents[1]
-BEING_REWRITTEN = {"coba", "multiprocess"}   # issue 18; emptied when they land
+BEING_REWRITTEN = {"coba", "multiprocess"}  # issue 18; emptied when they land
 # Files not yet moved onto the doorway (issue 18); emptied when they are.
 NOT_YET_MIGRATED = {
-    "book/01-devices-and-shards.ipynb", "book/02-data-parallelism.ipynb",
-    "book/02b-cnn-recipe.ipynb", "book/03-model-parallelism.ipynb",
-    "book/04-coba-hh-network.ipynb", "book/05a-multi-process.ipynb",
-    "book/05b-checkpoints.ipynb", "book/05c-troubleshooting.ipynb",
+    "book/01-devices-and-shards.ipynb",
+    "book/02-data-parallelism.ipynb",
+    "book/02b-cnn-recipe.ipynb",
+    "book/03-model-parallelism.ipynb",
+    "book/04-coba-hh-network.ipynb",
+    "book/05a-multi-process.ipynb",
+    "book/05b-checkpoints.ipynb",
+    "book/05c-troubleshooting.ipynb",
     "book/06-two-compilers.ipynb",
-    "ci/coba_sweep.py", "ci/margins.py", "recipes/run_coba.py", "recipes/train_rnn.py",
-    "tests/test_ch3_parallelism.py", "tests/test_checkpoint.py", "tests/test_coba.py",
-    "tests/test_gputarget.py", "tests/test_margins.py", "tests/test_multiprocess.py",
-    "tests/test_planted_bugs.py", "tests/test_recipes.py", "tests/test_shardbook.py",
-    "tests/test_slurm.py", "tests/test_train_memory.py",
+    "ci/coba_sweep.py",
+    "ci/margins.py",
+    "recipes/run_coba.py",
+    "recipes/train_rnn.py",
+    "tests/test_ch3_parallelism.py",
+    "tests/test_checkpoint.py",
+    "tests/test_coba.py",
+    "tests/test_gputarget.py",
+    "tests/test_margins.py",
+    "tests/test_multiprocess.py",
+    "tests/test_planted_bugs.py",
+    "tests/test_recipes.py",
+    "tests/test_shardbook.py",
+    "tests/test_slurm.py",
+    "tests/test_train_memory.py",
 }
 
 
 def _notebook_code(path: Path) -> str:
     cells = json.loads(path.read_text())["cells"]
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
-                     for ln in code.splitlines())
+    return "\n".join(
+        "" if ln.lstrip().startswith(("%", "!")) else ln for ln in code.splitlines()
+    )
 
 
 def _sources():
@@ -48,8 +64,11 @@ def _sources():
         for path in sorted((ROOT / folder).rglob("*.py")):
             out.append((str(path.relative_to(ROOT)), path.read_text()))
     for path in sorted((ROOT / "ci").iterdir()):
-        if path.is_file() and not path.suffix and path.read_text(errors="ignore").startswith(
-                "#!/usr/bin/env python"):
+        if (
+            path.is_file()
+            and not path.suffix
+            and path.read_text(errors="ignore").startswith("#!/usr/bin/env python")
+        ):
             out.append((str(path.relative_to(ROOT)), path.read_text()))
     for path in sorted((ROOT / "book").glob("*.ipynb")):
         out.append((str(path.relative_to(ROOT)), _notebook_code(path)))
@@ -68,15 +87,18 @@ def surface_violations(name: str, text: str) -> list[str]:
         tree = ast.parse(text)
     except SyntaxError as e:
         return [f"{name}: cannot parse: {e}"]
-    bad, bound = [], {}   # local name -> the shardbook module it stands for
+    bad, bound = [], {}  # local name -> the shardbook module it stands for
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == "shardbook" or alias.name.startswith("shardbook."):
                     if alias.name != "shardbook.book":
                         bad.append(f"{name}:{node.lineno}: import {alias.name}")
-        elif isinstance(node, ast.ImportFrom) and node.module and (
-                node.module == "shardbook" or node.module.startswith("shardbook.")):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and (node.module == "shardbook" or node.module.startswith("shardbook."))
+        ):
             for alias in node.names:
                 local = alias.asname or alias.name
                 if node.module == "shardbook" and alias.name == "book":
@@ -86,26 +108,35 @@ def surface_violations(name: str, text: str) -> list[str]:
                     if isinstance(value, type(book)):
                         bound[local] = value
                 else:
-                    bad.append(f"{name}:{node.lineno}: from {node.module} import "
-                               f"{alias.name}")
+                    bad.append(
+                        f"{name}:{node.lineno}: from {node.module} import {alias.name}"
+                    )
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id in bound:
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+        ):
             module = bound[node.value.id]
             if node.attr not in _public(module) and not node.attr.startswith("__"):
-                bad.append(f"{name}:{node.lineno}: {node.value.id}.{node.attr} is not in "
-                           f"{module.__name__}.__all__")
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
-                and isinstance(node.value.value, ast.Name) \
-                and bound.get(node.value.value.id) is book \
-                and node.value.attr in book.__all__:
+                bad.append(
+                    f"{name}:{node.lineno}: {node.value.id}.{node.attr} is not in "
+                    f"{module.__name__}.__all__"
+                )
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name)
+            and bound.get(node.value.value.id) is book
+            and node.value.attr in book.__all__
+        ):
             value = getattr(book, node.value.attr)
             if isinstance(value, type(book)) and node.attr not in _public(value):
-                bad.append(f"{name}:{node.lineno}: book.{node.value.attr}.{node.attr} is "
-                           f"not in {value.__name__}.__all__")
+                bad.append(
+                    f"{name}:{node.lineno}: book.{node.value.attr}.{node.attr} is "
+                    f"not in {value.__name__}.__all__"
+                )
     return bad
-
-
 
 
 def test_every_helper_module_declares_its_public_names():
@@ -113,11 +144,13 @@ def test_every_helper_module_declares_its_public_names():
         try:
             value = getattr(book, name)
         except (AttributeError, ModuleNotFoundError):
-            continue   # tests/test_doorway.py says which are still being written
+            continue  # tests/test_doorway.py says which are still being written
         if isinstance(value, type(book)) and name not in BEING_REWRITTEN:
             assert _public(value), f"shardbook.{name} has no __all__"
             for public in _public(value):
-                assert hasattr(value, public), f"{name}.__all__ names missing {public!r}"
+                assert hasattr(value, public), (
+                    f"{name}.__all__ names missing {public!r}"
+                )
 
 
 def test_nothing_reaches_around_the_doorway():
@@ -127,19 +160,33 @@ def test_nothing_reaches_around_the_doorway():
     assert not bad, "reaches shardbook around shardbook.book:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("planted, found", [
-    ("from shardbook import hlo", "from shardbook import hlo"),
-    ("import shardbook.coba", "import shardbook.coba"),
-    ("from shardbook import book\nbook.coba._leaf(1)", "book.coba._leaf"),
-    ("from shardbook import book\nbook.nothing", "book.nothing"),
-    ("from shardbook.book import shards\nshards.as_jax_private(1)", "shards.as_jax_private"),
-])
+@pytest.mark.parametrize(
+    "planted, found",
+    [
+        ("from shardbook import hlo", "from shardbook import hlo"),
+        ("import shardbook.coba", "import shardbook.coba"),
+        ("from shardbook import book\nbook.coba._leaf(1)", "book.coba._leaf"),
+        ("from shardbook import book\nbook.nothing", "book.nothing"),
+        (
+            "from shardbook.book import shards\nshards.as_jax_private(1)",
+            "shards.as_jax_private",
+        ),
+    ],
+)
 def test_the_surface_test_catches_a_planted_reach(planted, found):
     bad = surface_violations("planted", planted)
     assert bad and found in bad[0], bad
 
 
 def test_a_module_listed_public_can_be_imported():
-    for name in ("shards", "verify", "memory", "plotting", "provenance", "compiles",
-                 "private", "expect"):
+    for name in (
+        "shards",
+        "verify",
+        "memory",
+        "plotting",
+        "provenance",
+        "compiles",
+        "private",
+        "expect",
+    ):
         importlib.import_module(f"shardbook.{name}")

@@ -6,6 +6,7 @@ outputs, aliased bytes) and the bound on temporaries (the XLA:CPU entry
 "train.temporaries" of shardbook/expectations.toml).  The step variants (remat,
 micro-batches, bf16) are in tests/test_rnn_variants.py.
 """
+
 import dataclasses
 
 import numpy as np
@@ -17,10 +18,14 @@ from shardbook import book
 
 tm, rnn = book.train_memory, book.rnn
 compiled_memory = book.memory.compiled_memory
-RNN, make_task, make_train_step, shard_batch = (rnn.RNN, rnn.make_task,
-                                                rnn.make_train_step, rnn.shard_batch)
+RNN, make_task, make_train_step, shard_batch = (
+    rnn.RNN,
+    rnn.make_task,
+    rnn.make_train_step,
+    rnn.shard_batch,
+)
 CH3 = book.config("ch3")
-I, H, O, B, T = CH3.I, CH3.H, CH3.O, CH3.B, CH3.T    # noqa: E741  (the prose's names)
+I, H, O, B, T = CH3.I, CH3.H, CH3.O, CH3.B, CH3.T  # noqa: E741  (the prose's names)
 
 
 def _model(k, axis):
@@ -32,12 +37,13 @@ def _model(k, axis):
 
 
 def _shards(k, axis):
-    return {"hidden_shards": k if axis == "hidden" else 1,
-                "batch_shards": k if axis == "batch" else 1}
+    return {
+        "hidden_shards": k if axis == "hidden" else 1,
+        "batch_shards": k if axis == "batch" else 1,
+    }
 
 
-@pytest.mark.parametrize("k,axis", [(1, "hidden"), (4, "hidden"),
-                                    (4, "batch")])
+@pytest.mark.parametrize("k,axis", [(1, "hidden"), (4, "hidden"), (4, "batch")])
 def test_bm_jit_step_holds_six_copies(k, axis):
     model, _, x, y = _model(k, axis)
     compiled = make_train_step(model).lower(x, y).compile()
@@ -72,9 +78,11 @@ def test_donation_saves_memory_against_no_donation():
     params = rnn.params_of(model)
     opt = rnn.adam_init(params)
     kept = compiled_memory(
-        rnn.functional_step(donate=False).lower(params, opt, x, y).compile())
+        rnn.functional_step(donate=False).lower(params, opt, x, y).compile()
+    )
     given = compiled_memory(
-        rnn.functional_step(donate=True).lower(params, opt, x, y).compile())
+        rnn.functional_step(donate=True).lower(params, opt, x, y).compile()
+    )
     P = tm.predict(I, H, O, B, T, hidden_shards=4).weights
     assert kept["total"] - given["total"] > 0.5 * P
 
@@ -94,15 +102,18 @@ def test_functional_step_equals_bm_jit_step():
     blosses = [float(bstep(x, y)) for _ in range(2)]
     np.testing.assert_allclose(losses, blosses, rtol=1e-5)
     for k in ("win", "wrec", "wout"):
-        np.testing.assert_allclose(np.asarray(params[k]),
-                                   np.asarray(getattr(model, k).value),
-                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(params[k]),
+            np.asarray(getattr(model, k).value),
+            rtol=1e-4,
+            atol=1e-6,
+        )
 
 
 def test_check_fails_on_a_wrong_model():
     model, _, x, y = _model(4, "hidden")
     compiled = make_train_step(model).lower(x, y).compile()
-    wrong = tm.predict(I, H, O, B, T, hidden_shards=2)   # the wrong device count
+    wrong = tm.predict(I, H, O, B, T, hidden_shards=2)  # the wrong device count
     with pytest.raises(AssertionError, match="arguments"):
         tm.check(wrong, compiled)
 
@@ -137,16 +148,21 @@ def test_a_changed_table_entry_changes_the_check(tmp_path, monkeypatch):
     without the donated step's gradient buffers (donated_grads = 0) it fails."""
     model, _, x, y = _model(4, "hidden")
     params = rnn.params_of(model)
-    compiled = rnn.functional_step(donate=True).lower(
-        params, rnn.adam_init(params), x, y).compile()
+    compiled = (
+        rnn.functional_step(donate=True)
+        .lower(params, rnn.adam_init(params), x, y)
+        .compile()
+    )
+
     def predicted():
         return tm.predict(I, H, O, B, T, hidden_shards=4, donate=True, bm_jit=False)
 
     tm.check(predicted(), compiled)
     text = book.expect.TABLE.read_text()
     assert "donated_grads = 2 " in text
-    (tmp_path / "t.toml").write_text(text.replace("donated_grads = 2 ",
-                                                  "donated_grads = 0 "))
+    (tmp_path / "t.toml").write_text(
+        text.replace("donated_grads = 2 ", "donated_grads = 0 ")
+    )
     monkeypatch.setenv("BOOK_EXPECTATIONS", str(tmp_path / "t.toml"))
     with pytest.raises(AssertionError, match="temporaries"):
         tm.check(predicted(), compiled)

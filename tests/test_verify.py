@@ -1,5 +1,6 @@
 """shardbook.verify: each check must fail when its claim breaks, and print a verdict
 that does not depend on the observed difference."""
+
 import json
 
 import numpy as np
@@ -18,7 +19,7 @@ def test_close_passes_within_and_fails_outside_the_tolerance():
     with pytest.raises(AssertionError, match="NOT equal"):
         verify.close("t.bad", d * 7 / 8, d, rtol=1e-5, atol=1e-6)
     bad = d.copy()
-    bad[-1] += 1e-4                       # one element off is enough
+    bad[-1] += 1e-4  # one element off is enough
     with pytest.raises(AssertionError):
         verify.close("t.one", bad, d, rtol=1e-5, atol=1e-6)
 
@@ -42,14 +43,16 @@ def test_close_walks_dicts_in_key_order():
     b = {"b": np.zeros(2), "w": np.ones(3)}
     verify.close("t.dict", a, b, rtol=1e-7, atol=0 + 1e-12)
     with pytest.raises(AssertionError):
-        verify.close("t.dict", a, {"b": np.zeros(2), "w": 2 * np.ones(3)}, rtol=1e-5, atol=1e-6)
+        verify.close(
+            "t.dict", a, {"b": np.zeros(2), "w": 2 * np.ones(3)}, rtol=1e-5, atol=1e-6
+        )
 
 
 def test_identical_is_bit_for_bit():
     x = np.arange(10, dtype=np.float32)
     assert str(verify.identical("t.id", x, x.copy())) == "[t.id] bit-identical"
     y = x.copy()
-    y[3] = np.nextafter(y[3], np.float32(100))   # one unit in the last place
+    y[3] = np.nextafter(y[3], np.float32(100))  # one unit in the last place
     with pytest.raises(AssertionError, match="NOT bit-identical"):
         verify.identical("t.id", y, x)
     s = np.zeros((5, 4), bool)
@@ -58,8 +61,10 @@ def test_identical_is_bit_for_bit():
 
 
 def test_verdicts_are_found_by_the_margin_tests():
-    for text in ("[ch2.rnn.grads] 8 devices vs 1 device: equal within rtol 1e-05, atol 1e-06",
-                 "[ch4.spikes] bit-identical"):
+    for text in (
+        "[ch2.rnn.grads] 8 devices vs 1 device: equal within rtol 1e-05, atol 1e-06",
+        "[ch4.spikes] bit-identical",
+    ):
         m = verify.VERDICT_RE.search("prefix " + text)
         assert m and m["check"] in text
 

@@ -9,6 +9,7 @@
   ``shardbook.__version__`` and the install cell of every notebook (``@v<version>``,
   ``tests/test_install_cell.py``) follow it.
 """
+
 from __future__ import annotations
 
 import re
@@ -50,15 +51,21 @@ def test_the_book_has_one_version():
 
 
 def test_requirements_are_exact_pins_sorted_once():
-    lines = [ln for ln in (ROOT / "requirements.txt").read_text().splitlines()
-             if ln and not ln.startswith("#")]
-    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[\w.+\-]+", ln) for ln in lines), \
-        [ln for ln in lines if "==" not in ln]
+    lines = [
+        ln
+        for ln in (ROOT / "requirements.txt").read_text().splitlines()
+        if ln and not ln.startswith("#")
+    ]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[\w.+\-]+", ln) for ln in lines), [
+        ln for ln in lines if "==" not in ln
+    ]
     names = [_norm(ln.split("==")[0]) for ln in lines]
     assert len(names) == len(set(names)), "a package pinned twice"
-    top = [_norm(ln.split("#")[0].strip())
-           for ln in (ROOT / "requirements.in").read_text().splitlines()
-           if ln.split("#")[0].strip()]
+    top = [
+        _norm(ln.split("#")[0].strip())
+        for ln in (ROOT / "requirements.in").read_text().splitlines()
+        if ln.split("#")[0].strip()
+    ]
     assert not [t for t in top if t not in PINS], "requirements.in: an unpinned name"
 
 
@@ -81,8 +88,11 @@ def test_gpu_pins_follow_the_jax_version():
     gpu = _pins(ROOT / "ci/requirements-gpu.txt")
     target = _pins(ROOT / "ci/requirements-gpu-target.txt")
     assert all(gpu[k] == v for k, v in target.items()), "the two GPU files disagree"
-    wanted = [ln for ln in (ROOT / "ci/requirements-gpu-target.txt").read_text()
-              .splitlines() if ln and not ln.startswith("#")]
+    wanted = [
+        ln
+        for ln in (ROOT / "ci/requirements-gpu-target.txt").read_text().splitlines()
+        if ln and not ln.startswith("#")
+    ]
     assert list(book.gputarget.PINS) == wanted, "shardbook.gputarget.PINS"
 
 
@@ -95,8 +105,11 @@ def test_private_guards_follow_requirements():
 
 
 def test_binder_installs_requirements_txt():
-    lines = [ln.strip() for ln in (ROOT / "binder/requirements.txt").read_text()
-             .splitlines() if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in (ROOT / "binder/requirements.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert lines == ["-r ../requirements.txt"]
 
 
@@ -110,25 +123,46 @@ def test_footer_names_the_pinned_versions():
 MENTION = re.compile(
     r"(?i)\b(brainpy|brainstate|brainevent|braintools|brainunit|saiunit|jaxlib|jax"
     r"|orbax-checkpoint|orbax|myst-nb|jupyter[ -]book|nbval|numpy|scikit-learn"
-    r"|matplotlib|numba)(?:\s+and\s+jaxlib)?(?:\s+|==)v?(\d+\.\d+\.\d+(?:\.post\d+)?)\b")
+    r"|matplotlib|numba)(?:\s+and\s+jaxlib)?(?:\s+|==)v?(\d+\.\d+\.\d+(?:\.post\d+)?)\b"
+)
 ALIASES = {"orbax": "orbax-checkpoint", "jupyter book": "jupyter-book"}
 # Versions that are not the book's pins but are named on purpose, with the reason.
 FOREIGN = {
     ("jax", "0.11.2"): "the JAX preinstalled on the lent H200 machine (ci/gpu_check)",
     ("jaxlib", "0.11.2"): "the same machine's jaxlib",
-    ("numpy", "2.3.5"): "Brian 2's own venv (ci/requirements-brian2.txt): brian2 2.9.0, the "
-                        "newest for Python 3.11, does not import with numpy 2.4",
+    (
+        "numpy",
+        "2.3.5",
+    ): "Brian 2's own venv (ci/requirements-brian2.txt): brian2 2.9.0, the "
+    "newest for Python 3.11, does not import with numpy 2.4",
 }
-TEXT = (".md", ".ipynb", ".py", ".toml", ".yml", ".txt", ".sh", ".sbatch", ".cfg",
-        ".in")
+TEXT = (
+    ".md",
+    ".ipynb",
+    ".py",
+    ".toml",
+    ".yml",
+    ".txt",
+    ".sh",
+    ".sbatch",
+    ".cfg",
+    ".in",
+)
 
 
 def _tracked_text_files() -> list[Path]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others",
-                          "--exclude-standard"],
-                         cwd=ROOT, capture_output=True, text=True, check=True)
-    return [ROOT / f for f in out.stdout.split()
-            if f.endswith(TEXT) and (ROOT / f).is_file()]
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [
+        ROOT / f
+        for f in out.stdout.split()
+        if f.endswith(TEXT) and (ROOT / f).is_file()
+    ]
 
 
 def _wrong_versions(text: str) -> tuple[int, list[str]]:
@@ -161,6 +195,7 @@ def test_every_version_named_in_the_repository_is_the_pinned_one():
 def test_a_wrong_version_in_prose_is_caught():
     jax = PINS["jax"]
     wrong = jax.rsplit(".", 1)[0] + "." + str(int(jax.rsplit(".", 1)[1]) + 1)
-    found, bad = _wrong_versions(f"Validated with JAX {wrong}, jaxlib=={jax}, "
-                                 f"Jupyter Book 1.0.4 and JAX 0.5.")
+    found, bad = _wrong_versions(
+        f"Validated with JAX {wrong}, jaxlib=={jax}, Jupyter Book 1.0.4 and JAX 0.5."
+    )
     assert found == 3 and bad == [f"'JAX {wrong}' (pinned {jax})"]

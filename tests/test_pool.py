@@ -1,0 +1,34 @@
+"""ci/pool.py reruns a notebook job once only when its log shows differing outputs and
+nothing else (ipykernel can publish a cell's last stream message after its idle status
+on a loaded machine); an exception, a timeout or a failing test file is never rerun."""
+
+from pathlib import Path
+
+import pool  # ci/pool.py: conftest.py puts ci/ on the path
+
+MISMATCH = """..F..
+FAILED book/01-x.ipynb::Cell 31 - Notebook cell execution failed
+Cell 31: Cell outputs differ
+ mismatch 'stdout'
+1 failed, 27 passed in 18.71s
+"""
+
+
+def _job(tmp_path: Path, text: str, name="book/01-x.ipynb", is_tests=False):
+    log = tmp_path / "x.log"
+    log.write_text(text)
+    return pool.Job(name, [], {}, 0.0, tmp_path / "x.xml", log, is_tests=is_tests)
+
+
+def test_an_output_mismatch_alone_is_rerun(tmp_path):
+    assert pool.only_output_mismatches(_job(tmp_path, MISMATCH))
+
+
+def test_an_exception_timeout_or_test_file_is_not_rerun(tmp_path):
+    exc = MISMATCH + "Cell 32: Cell execution caused an exception\n"
+    assert not pool.only_output_mismatches(_job(tmp_path, exc))
+    timeout = MISMATCH + "Timeout of 900 seconds exceeded executing cell\n"
+    assert not pool.only_output_mismatches(_job(tmp_path, timeout))
+    assert not pool.only_output_mismatches(_job(tmp_path, MISMATCH, is_tests=True))
+    assert not pool.only_output_mismatches(_job(tmp_path, MISMATCH, pool.BOOK_JOB))
+    assert not pool.only_output_mismatches(_job(tmp_path, "1 passed\n"))
