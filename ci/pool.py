@@ -194,6 +194,19 @@ def run(jobs: list[Job], workers: int) -> list[Job]:
         with lock:
             print(f"[test] {time.monotonic() - t_start:5.0f} s  {msg}", flush=True)
 
+    def launch(w: int, job: Job) -> int:
+        """Run one job on worker ``w``, its output in its log; its exit status."""
+        with open(job.log, "w") as log:
+            proc = subprocess.Popen(job.argv, cwd=ROOT, env={**os.environ, **job.env},
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            with lock:
+                running[w] = proc
+            rc = proc.wait()
+            with lock:
+                running.pop(w, None)
+        return rc
+
     def work(w: int) -> None:
         while True:
             with lock:
@@ -204,16 +217,7 @@ def run(jobs: list[Job], workers: int) -> list[Job]:
             job.junit.unlink(missing_ok=True)
             say(f"start {job.name} (worker {w}, about {job.estimate:.0f} s)")
             t0 = time.monotonic()
-            with open(job.log, "w") as log:
-                proc = subprocess.Popen(job.argv, cwd=ROOT,
-                                        env={**os.environ, **job.env}, stdout=log,
-                                        stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-                with lock:
-                    running[w] = proc
-                rc = proc.wait()
-                with lock:
-                    running.pop(w, None)
+            rc = launch(w, job)
             job.seconds = time.monotonic() - t0
             job.status = "passed" if rc == 0 else f"FAILED (exit {rc})"
             if rc != 0 and only_output_mismatches(job):
@@ -224,16 +228,7 @@ def run(jobs: list[Job], workers: int) -> list[Job]:
                 first = job.log.with_suffix(".first.log")
                 job.log.replace(first)
                 say(f"rerun  {job.name}: only output mismatches (log {first.name})")
-                with open(job.log, "w") as log:
-                    proc = subprocess.Popen(job.argv, cwd=ROOT,
-                                            env={**os.environ, **job.env}, stdout=log,
-                                            stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-                    with lock:
-                        running[w] = proc
-                    rc = proc.wait()
-                    with lock:
-                        running.pop(w, None)
+                rc = launch(w, job)
                 job.seconds = time.monotonic() - t0
                 job.status = ("passed" if rc == 0 else f"FAILED (exit {rc})")
                 job.rerun = True
