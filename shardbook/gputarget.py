@@ -34,6 +34,7 @@ This module imports neither JAX nor BrainPy when it is imported.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib
 import json
@@ -49,8 +50,8 @@ from . import child
 
 __all__ = [
     "PINS", "TARGETS", "GpuTargetError", "Jobs", "Pending", "Target", "compile_here",
-    "compile_jobs", "device_info", "install", "spec_text", "start_jobs", "table",
-    "target_dir", "traffic", "wheels_installed",
+    "cache_key", "cache_load", "compile_jobs", "device_info", "install", "prune_cache",
+    "source_digest", "spec_text", "start_jobs", "table", "target_dir", "traffic", "wheels_installed",
 ]
 
 # The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; tested).
@@ -335,18 +336,108 @@ class Pending:
 
 
 class Jobs:
-    """GPU-target compiles running in their child process; :meth:`result` waits."""
+    """GPU-target compiles running in their child process (those the cache did not
+    hold); :meth:`result` waits."""
 
-    def __init__(self, pending):
+    def __init__(self, pending, jobs=None, cached=None):
         self._pending = pending
+        self._jobs = list(jobs) if jobs is not None else None
+        self._cached = dict(cached or {})
         self._programs = None
 
     def result(self) -> list:
         """One :class:`shardbook.hlo.Program` per job; raises :class:`GpuTargetError`
         on any failure."""
         if self._programs is None:
-            self._programs = [_answer(a) for a in self._pending.result()]
+            fresh = iter(self._pending.result() if self._pending is not None else [])
+            answers = []
+            for i, job in enumerate(self._jobs or []):
+                if i in self._cached:
+                    answers.append(self._cached[i])
+                else:
+                    answer = next(fresh)
+                    _cache_store(job, answer)
+                    answers.append(answer)
+            if self._jobs is None:   # built without the job list: no cache
+                answers = list(fresh)
+            self._programs = [_answer(a) for a in answers]
         return self._programs
+
+
+# ------------------------------------------------------------------ the compile cache
+# A GPU-target compile is a pure function of its job, the package's source, the
+# pinned wheels, the target's spec and XLA_FLAGS; on a machine without a GPU it takes
+# seconds per step.  Each answer is kept in CACHE_DIR under the digest of all of
+# those, so a run on an unchanged tree (a fresh clone of main) reads the programs
+# instead of compiling them again, and any change to any input compiles anew.  A
+# Program read from the cache says so in ``meta["cache"]``.  BOOK_GPU_CACHE=0 turns
+# the cache off; BOOK_GPU_CACHE_DIR moves it.
+CACHE_DIR = Path(__file__).resolve().parent.parent / "book" / "data" / "gputarget_cache"
+_SOURCE_DIGEST: list[str] = []
+
+
+def source_digest() -> str:
+    """The digest of every file of the package that a compile may read."""
+    if not _SOURCE_DIGEST:
+        root = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for f in sorted(root.rglob("*")):
+            if f.is_file() and f.suffix in (".py", ".txtpb") and \
+                    "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+        _SOURCE_DIGEST.append(h.hexdigest())
+    return _SOURCE_DIGEST[0]
+
+
+def _cache_dir() -> Path | None:
+    if os.environ.get("BOOK_GPU_CACHE", "1") == "0":
+        return None
+    return Path(os.environ.get("BOOK_GPU_CACHE_DIR", CACHE_DIR))
+
+
+def cache_key(job: dict) -> str:
+    parts = [json.dumps(job, sort_keys=True), source_digest(), _stamp_text(),
+             spec_text(job.get("target", "h200")), os.environ.get("XLA_FLAGS", "")]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def cache_load(job: dict) -> dict | None:
+    folder = _cache_dir()
+    f = folder / f"{cache_key(job)}.json.gz" if folder else None
+    if f is None or not f.exists():
+        return None
+    answer = json.loads(gzip.decompress(f.read_bytes()))
+    answer.setdefault("meta", {})["cache"] = f"read from {f.name}"
+    return answer
+
+
+def _cache_store(job: dict, answer: dict) -> None:
+    """Keep ``answer``; drop the entries an older source made (they can never hit)."""
+    folder = _cache_dir()
+    if folder is None or "error" in answer:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = source_digest()[:12]
+    name = f"{cache_key(job)}.json.gz"
+    record = {**answer, "meta": {**answer.get("meta", {}), "source": digest}}
+    record.pop("child_s", None)
+    tmp = folder / f".{name}.{os.getpid()}"
+    tmp.write_bytes(gzip.compress(json.dumps(record, sort_keys=True).encode(), mtime=0))
+    tmp.replace(folder / name)
+
+
+def prune_cache(folder=None) -> int:
+    """Delete the cache entries that the current source did not make; how many."""
+    folder = Path(folder) if folder is not None else _cache_dir()
+    if folder is None or not folder.is_dir():
+        return 0
+    digest, gone = source_digest()[:12], 0
+    for f in folder.glob("*.json.gz"):
+        meta = json.loads(gzip.decompress(f.read_bytes())).get("meta", {})
+        if meta.get("source") != digest:
+            f.unlink()
+            gone += 1
+    return gone
 
 
 def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Jobs:
@@ -362,7 +453,14 @@ def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Jobs:
     if not wheels_installed(path):
         raise GpuTargetError(f"the GPU-target wheels are not installed in {path}: run "
                              "ci/install_gpu_target (or shardbook.gputarget.install())")
-    return Jobs(Pending(list(jobs), timeout, path))
+    jobs = list(jobs)
+    cached = {}
+    for i, job in enumerate(jobs):
+        hit = cache_load(job)
+        if hit is not None:
+            cached[i] = hit
+    todo = [job for i, job in enumerate(jobs) if i not in cached]
+    return Jobs(Pending(todo, timeout, path) if todo else None, jobs, cached)
 
 
 def compile_jobs(jobs: list[dict], timeout: float = 300, path=None) -> list:
@@ -391,6 +489,9 @@ def _child() -> None:
 def _main(argv: list[str]) -> int:
     if argv[:1] == ["child"]:
         _child()
+        return 0
+    if argv[:1] == ["prune-cache"]:
+        print(f"[gpu-target] pruned {prune_cache()} cache entries of an older source")
         return 0
     if argv[:1] == ["install"]:
         install(Path(argv[1]) if len(argv) > 1 else None)

@@ -258,3 +258,49 @@ def test_notebook_kernel_never_sees_the_cuda_plugin():
     )
     assert out.stdout.split() == ["cpu", "True", "True"], out.stderr[-2000:]
     assert "cuda" not in out.stderr.lower(), out.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ the compile cache
+@needs_wheels
+def test_a_cached_program_is_the_fresh_compile(tmp_path, monkeypatch):
+    """The cache gives back what the child compiled, says so, and a job that differs
+    in anything (here its sizes) misses it and compiles anew."""
+    monkeypatch.setenv("BOOK_GPU_CACHE_DIR", str(tmp_path))
+    job = {"builder": B + "tiny_data_parallel", "kwargs": {}, "devices": 2}
+    (fresh,) = gt.compile_jobs([job], timeout=300)
+    assert "cache" not in fresh.meta and len(list(tmp_path.glob("*.json.gz"))) == 1
+    (again,) = gt.compile_jobs([job], timeout=300)
+    assert again.meta["cache"].startswith("read from ")
+    assert (again.text, again.memory, again.collectives) == (
+        fresh.text,
+        fresh.memory,
+        fresh.collectives,
+    )
+    other = {**job, "devices": 4}
+    assert gt.cache_key(other) != gt.cache_key(job)
+    (four,) = gt.compile_jobs([other], timeout=300)
+    assert "cache" not in four.meta and four.devices == 4
+
+
+def test_the_cache_key_covers_the_source_and_flags(monkeypatch):
+    job = {"builder": B + "tiny_data_parallel", "kwargs": {}}
+    key = gt.cache_key(job)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=false")
+    assert gt.cache_key(job) != key
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setattr(gt, "source_digest", lambda: "an edited package")
+    assert gt.cache_key(job) != key
+    monkeypatch.setenv("BOOK_GPU_CACHE", "0")
+    assert gt.cache_load(job) is None
+
+
+def test_prune_drops_entries_of_another_source(tmp_path):
+    import gzip
+    import json
+
+    old = {"meta": {"source": "0" * 12}}
+    (tmp_path / "old.json.gz").write_bytes(gzip.compress(json.dumps(old).encode()))
+    now = {"meta": {"source": gt.source_digest()[:12]}}
+    (tmp_path / "now.json.gz").write_bytes(gzip.compress(json.dumps(now).encode()))
+    assert gt.prune_cache(tmp_path) == 1
+    assert [f.name for f in tmp_path.iterdir()] == ["now.json.gz"]
