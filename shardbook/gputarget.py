@@ -396,8 +396,11 @@ def _cache_dir() -> Path | None:
 
 
 def cache_key(job: dict) -> str:
+    # XLA:CPU's own flags (the portability gate's vector ISA) cannot change a GPU program
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith(("--xla_cpu_", "--xla_force_host_platform"))]
     parts = [json.dumps(job, sort_keys=True), source_digest(), _stamp_text(),
-             spec_text(job.get("target", "h200")), os.environ.get("XLA_FLAGS", "")]
+             spec_text(job.get("target", "h200")), " ".join(flags)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 

@@ -287,6 +287,8 @@ def test_the_cache_key_covers_the_source_and_flags(monkeypatch):
     key = gt.cache_key(job)
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=false")
     assert gt.cache_key(job) != key
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=SSE4_2")  # the portability gate
+    assert gt.cache_key(job) == key
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.setattr(gt, "source_digest", lambda: "an edited package")
     assert gt.cache_key(job) != key
