@@ -12,6 +12,7 @@ import ipaddress
 import os
 import signal
 import socket
+import subprocess
 import time
 
 
@@ -95,3 +96,30 @@ def check_loopback_only(seen: set, port: int) -> None:
     assert any(p == port for _, _, p in seen), f"the coordinator was never seen: {seen}"
     outside = [s for s in seen if not is_loopback(s[1])]
     assert not outside, f"listening beyond loopback: {outside}"
+
+
+def coba_args(scale: float, steps: int, raster_dir) -> list[str]:
+    """recipes/run_coba.py's arguments for a network of ``scale`` run ``steps``."""
+    return ["--scale", str(scale), "--steps", str(steps)] + [
+        "--raster-dir",
+        str(raster_dir),
+    ]
+
+
+def launch_watched(argv, *, cwd, env, log, timeout_s: float, what: str, pids=None):
+    """Start ``argv`` in a session of its own, its output in ``log``, and watch its
+    listening sockets until it ends: ``(return code, the sockets seen)``.  ``pids``
+    names the processes to watch (default: the launcher's session)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        seen = watch_listeners(
+            proc, pids or (lambda: session_pids(proc.pid)), timeout_s, what
+        )
+    return proc.returncode, seen

@@ -13,6 +13,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pyrun  # tests/pyrun.py
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -290,13 +291,7 @@ def test_simplified_jaxpr_constants_flag_also_fixes_the_trap():
         "BOOK_NUM_DEVICES": "2",
         "JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS": "1",
     }
-    res = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    res = pyrun.python("-c", script, env=env, timeout=600)
     assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr[-3000:]
 
 

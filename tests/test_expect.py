@@ -444,12 +444,17 @@ def test_a_changed_entry_fails_the_notebook_that_relies_on_it(tmp_path, monkeypa
     table.write_text(_plant(expect.TABLE.read_text(), step, "cpu"))
     monkeypatch.setenv(expect.ENV_VAR, str(table))
     monkeypatch.setenv("BOOK_NUM_DEVICES", "8")
-    client = nbclient.NotebookClient(nb, timeout=600, resources={
-        "metadata": {"path": str(notebook.parent)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=600, resources={"metadata": {"path": str(notebook.parent)}}
+    )
     with pytest.raises(nbclient.exceptions.CellExecutionError) as err:
         client.execute()
     # the check's own error: it names the entry and the planted op it did not find
     assert err.value.ename == "AssertionError", err.value.ename
-    planted_op = _plant(expect.TABLE.read_text(), step, "cpu").split(
-        f'["{step}".cpu]', 1)[1].split('op = "', 1)[1].split('"', 1)[0]
+    planted_op = (
+        _plant(expect.TABLE.read_text(), step, "cpu")
+        .split(f'["{step}".cpu]', 1)[1]
+        .split('op = "', 1)[1]
+        .split('"', 1)[0]
+    )
     assert step in err.value.evalue and planted_op in err.value.evalue, err.value.evalue

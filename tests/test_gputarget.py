@@ -11,11 +11,10 @@ message saying so; the parsing and installer tests always run.
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
+import pyrun  # tests/pyrun.py
 import pytest
 import shared_compiles as shared
 
@@ -62,8 +61,7 @@ GPU_TEXT = """\
 HloModule jit_step
 
 %body (p: (s32[], pred[420])) -> (s32[], pred[420]) {
-  %ag-start = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-
-  start(%a, %b), channel_id=1, dimensions={0}
+  %ag-start = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-start(%a, %b), channel_id=1, dimensions={0}
   %ag-done = (pred[3360]{0}, pred[840]{0}) all-gather-done(%ag-start)
   ROOT %t = (s32[], pred[420]) tuple(%i, %x)
 }
@@ -73,15 +71,12 @@ HloModule jit_step
 }
 
 ENTRY %main (a: f32[8,840]) -> f32[8,105] {
-  %w = (s32[], pred[420]) while(%init), condition=%cond, body=%body,
-  metadata={op_name="jit(step)/while"}
-  %rs-start = ((f32[8,840]{1,0}), f32[8,105]{1,0}) reduce-scatter-start(%a),
-  channel_id=2, dimensions={1}
+  %w = (s32[], pred[420]) while(%init), condition=%cond, body=%body, metadata={op_name="jit(step)/while"}
+  %rs-start = ((f32[8,840]{1,0}), f32[8,105]{1,0}) reduce-scatter-start(%a), channel_id=2, dimensions={1}
   %rs-done = f32[8,105]{1,0} reduce-scatter-done(%rs-start)
   %ar-start = f32[1217]{0} all-reduce-start(%flat), channel_id=3, to_apply=%add
   %ar-done = f32[1217]{0} all-reduce-done(%ar-start)
-  %cp-start = (f32[4]{0}, f32[4]{0}, u32[], u32[]) collective-permute-start(%c),
-  channel_id=4
+  %cp-start = (f32[4]{0}, f32[4]{0}, u32[], u32[]) collective-permute-start(%c), channel_id=4
   ROOT %r = f32[8,105]{1,0} copy(%rs-done)
 }
 """
@@ -248,14 +243,7 @@ def test_notebook_kernel_never_sees_the_cuda_plugin():
         "import jax, importlib.util as u; print(jax.devices()[0].platform, "
         "u.find_spec('jax_plugins') is None, u.find_spec('jax_cuda12_plugin') is None)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    out = pyrun.python("-c", code, env=env)
     assert out.stdout.split() == ["cpu", "True", "True"], out.stderr[-2000:]
     assert "cuda" not in out.stderr.lower(), out.stderr[-2000:]
 

@@ -10,7 +10,6 @@ from this checkout, installed (``--no-deps``) into a temporary virtual environme
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import install_cell
 import notebooks as nbs
+import pyrun  # tests/pyrun.py
 import pytest
 import yaml
 from packaging.requirements import Requirement
@@ -101,17 +101,11 @@ def _run_cell(tmp_path, branch: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env.update(JAX_PLATFORMS="cpu", BOOK_NUM_DEVICES="2")
     env.pop("KAGGLE_KERNEL_RUN_TYPE", None)
-    run = subprocess.run(
-        [sys.executable, str(driver), branch, str(cell)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = pyrun.python(
+        str(driver), branch, str(cell), cwd=tmp_path, env=env, timeout=300
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    line = [ln for ln in run.stdout.splitlines() if ln.startswith("ANSWER ")][-1]
-    return json.loads(line[len("ANSWER ") :])
+    return pyrun.marked_json(run.stdout, "ANSWER ")
 
 
 def _wheel(tmp_path) -> Path:

@@ -7,13 +7,11 @@ BOOK_NUM_DEVICES=4 before importing BrainPy.  It prints its measurements as JSON
 the tests below assert on them.
 """
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
+import pyrun  # tests/pyrun.py
 import pytest
 
 SCRIPT = textwrap.dedent(
@@ -121,16 +119,9 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def result():
     env = dict(os.environ, JAX_PLATFORMS="cpu", BOOK_NUM_DEVICES="4")
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = pyrun.python("-c", SCRIPT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")][-1]
-    return json.loads(line[len("RESULT") :])
+    return pyrun.marked_json(proc.stdout, "RESULT")
 
 
 def test_four_devices(result):

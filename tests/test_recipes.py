@@ -15,8 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import netwatch
+import pyrun  # tests/pyrun.py
 import pytest
-from netwatch import check_loopback_only, session_pids, watch_listeners
+from netwatch import check_loopback_only
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -126,35 +128,43 @@ def _detect(monkeypatch, env):
     return book.private.detect_cluster(env)
 
 
-def test_jax_detects_slurm(monkeypatch):
-    env = dict(
-        SLURM_JOB_ID="4242",
-        SLURM_STEP_NODELIST="gpu[017-020]",
-        SLURM_NTASKS="16",
-        SLURM_PROCID="13",
-        SLURM_LOCALID="1",
-    )
-    addr, n, pid, local = _detect(monkeypatch, env)
-    assert addr == f"gpu017:{61440 + 4242 % 4096}"
-    assert (n, pid, list(local)) == (16, 13, [1])
-    # any one variable missing: not detected
-    env.pop("SLURM_LOCALID")
-    assert _detect(monkeypatch, env) == (None, None, None, None)
+CLUSTERS = {
+    # SLURM: any one variable missing and it is not detected
+    "slurm": (
+        dict(
+            SLURM_JOB_ID="4242",
+            SLURM_STEP_NODELIST="gpu[017-020]",
+            SLURM_NTASKS="16",
+            SLURM_PROCID="13",
+            SLURM_LOCALID="1",
+        ),
+        f"gpu017:{61440 + 4242 % 4096}",
+        (16, 13, [1]),
+        "SLURM_LOCALID",
+    ),
+    # Open MPI 5 (PRRTE) sets the ranks but not OMPI_MCA_orte_hnp_uri: JAX 0.10.2
+    # misses it
+    "open mpi 4": (
+        dict(
+            OMPI_MCA_orte_hnp_uri="1531576320.0;tcp://10.96.0.1,10.148.0.1:34911",
+            OMPI_COMM_WORLD_SIZE="8",
+            OMPI_COMM_WORLD_RANK="5",
+            OMPI_COMM_WORLD_LOCAL_RANK="1",
+        ),
+        f"10.96.0.1:{61440 + (1531576320 // 4096) % 4096}",
+        (8, 5, [1]),
+        "OMPI_MCA_orte_hnp_uri",
+    ),
+}
 
 
-def test_jax_detects_open_mpi_4_only(monkeypatch):
-    env = dict(
-        OMPI_MCA_orte_hnp_uri="1531576320.0;tcp://10.96.0.1,10.148.0.1:34911",
-        OMPI_COMM_WORLD_SIZE="8",
-        OMPI_COMM_WORLD_RANK="5",
-        OMPI_COMM_WORLD_LOCAL_RANK="1",
-    )
-    addr, n, pid, local = _detect(monkeypatch, env)
-    assert addr == f"10.96.0.1:{61440 + (1531576320 // 4096) % 4096}"
-    assert (n, pid, list(local)) == (8, 5, [1])
-    # Open MPI 5 (PRRTE) sets the ranks but not OMPI_MCA_orte_hnp_uri: JAX 0.10.2 misses
-    # it
-    env.pop("OMPI_MCA_orte_hnp_uri")
+@pytest.mark.parametrize("cluster", list(CLUSTERS))
+def test_jax_detects_the_cluster(monkeypatch, cluster):
+    env, want_addr, want, missing = CLUSTERS[cluster]
+    addr, n, pid, local = _detect(monkeypatch, dict(env))
+    assert addr == want_addr
+    assert (n, pid, list(local)) == want
+    env = {k: v for k, v in env.items() if k != missing}
     assert _detect(monkeypatch, env) == (None, None, None, None)
 
 
@@ -354,27 +364,16 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     steps, scale = 40, 0.25  # 840 E + 210 I neurons
     log = tmp_path / "log.txt"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [
-                "bash",
-                str(MPI_LOOPBACK),
-                "--scale",
-                str(scale),
-                "--steps",
-                str(steps),
-                "--raster-dir",
-                str(tmp_path),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        seen = watch_listeners(proc, lambda: session_pids(proc.pid), 150, "the MPI run")
+    rc, seen = netwatch.launch_watched(
+        ["bash", str(MPI_LOOPBACK), *netwatch.coba_args(scale, steps, tmp_path)],
+        cwd=ROOT,
+        env=env,
+        log=log,
+        timeout_s=150,
+        what="the MPI run",
+    )
     text = log.read_text()
-    assert proc.returncode == 0, text[-3000:]
+    assert rc == 0, text[-3000:]
     assert "2 processes, 2 devices (1 per process, cpu)" in text
     check_loopback_only(seen, port)
 
@@ -415,12 +414,10 @@ def test_jax_mpi4py_detector_under_mpiexec(tmp_path):
 
     env = child_env(dict(FI_PROVIDER="shm"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    r = subprocess.run(
+    r = pyrun.run(
         ["mpiexec.gforker", "-n", "2", sys.executable, str(script)],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert r.returncode == 0, r.stderr[-3000:]

@@ -2,12 +2,11 @@
 otherwise."""
 
 import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pyrun  # tests/pyrun.py
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -51,14 +50,7 @@ def test_too_late_in_fresh_process():
         "except DeviceSetupError as e:\n    print('raised', e)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS",)}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    out = pyrun.python("-c", code, env=env)
     assert (
         "raised JAX is running with 1 CPU device(s), but 3 were requested" in out.stdout
     ), out.stderr[-2000:]
@@ -249,12 +241,9 @@ def test_hlo_counts_every_result_of_an_async_combined_collective():
     """XLA:GPU's async starts return (operands, results[, context]); combined ones carry
     several results.  Counting only one shape under-reports the bytes (seen on H200)."""
     text = """ENTRY %main (p: f32[8]) -> f32[8] {
-  %ags = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-
-  start(pred[420]{0} %a, pred[105]{0} %b), channel_id=1
-  %ars = (f32[4,32]{1,0}, f32[32,32]{1,0}) all-reduce-start(f32[4,32]{1,0} %x,
-  f32[32,32]{1,0} %y), channel_id=2
-  %cps = (f32[8]{0}, f32[8]{0}, u32[], u32[]) collective-permute-start(f32[8]{0} %z),
-  channel_id=3
+  %ags = ((pred[420]{0}, pred[105]{0}), (pred[3360]{0}, pred[840]{0})) all-gather-start(pred[420]{0} %a, pred[105]{0} %b), channel_id=1
+  %ars = (f32[4,32]{1,0}, f32[32,32]{1,0}) all-reduce-start(f32[4,32]{1,0} %x, f32[32,32]{1,0} %y), channel_id=2
+  %cps = (f32[8]{0}, f32[8]{0}, u32[], u32[]) collective-permute-start(f32[8]{0} %z), channel_id=3
 }"""
     cs = hlo.Program(text, "gpu").collectives
     assert [(c.op, c.nbytes) for c in cs] == [

@@ -14,9 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import netwatch
 import numpy as np
 import pytest
-from netwatch import check_loopback_only, watch_listeners
+from netwatch import check_loopback_only
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "recipes" / "slurm_local_cluster.sh"
@@ -75,33 +76,22 @@ def test_srun_two_tasks_coba_equals_one_process(tmp_path):
         )
         steps, scale = 40, 0.25
         log = tmp_path / "srun.txt"
-        with open(log, "w") as f:
-            proc = subprocess.Popen(
-                [
-                    "srun",
-                    "-n",
-                    "2",
-                    "--kill-on-bad-exit=1",
-                    sys.executable,
-                    str(ROOT / "recipes" / "run_coba.py"),
-                    "--scale",
-                    str(scale),
-                    "--steps",
-                    str(steps),
-                    "--raster-dir",
-                    str(out),
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            seen = watch_listeners(
-                proc, lambda: _rank_pids(str(out)), 200, "the srun step"
-            )
+        srun = ["srun", "-n", "2", "--kill-on-bad-exit=1", sys.executable]
+        rc, seen = netwatch.launch_watched(
+            [
+                *srun,
+                str(ROOT / "recipes" / "run_coba.py"),
+                *netwatch.coba_args(scale, steps, out),
+            ],
+            cwd=ROOT,
+            env=env,
+            log=log,
+            timeout_s=200,
+            what="the srun step",
+            pids=lambda: _rank_pids(str(out)),
+        )
         text = log.read_text()
-        assert proc.returncode == 0, text[-3000:]
+        assert rc == 0, text[-3000:]
         assert "2 processes, 2 devices (1 per process, cpu)" in text
         check_loopback_only(seen, port)
     finally:
