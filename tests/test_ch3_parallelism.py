@@ -7,10 +7,9 @@ Runs in this pytest process, with 4 simulated CPU devices (tests/conftest.py).
 from pathlib import Path
 
 import jax
+import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
 import numpy as np
 import pytest
-
-import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import brainpy as bp
