@@ -4,6 +4,7 @@ Outputs are stored exactly as produced.  Per-cell execution metadata (timestamps
 dropped so that a re-run changes the file only where an output changed.  The notebook
 is read and written by ci/notebooks.py, as nbformat writes it.
 """
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import notebooks as nbs
 from nbclient import NotebookClient
 
 path = Path(sys.argv[1])
-nb = nbformat.from_dict(nbs.load(path))
+nb = nbformat.reads(nbs.dumps(nbs.load(path)), as_version=4)   # sources as strings
 client = NotebookClient(nb, timeout=1800, kernel_name="python3",
                         resources={"metadata": {"path": str(path.parent)}})
 client.execute()
@@ -20,4 +21,4 @@ for cell in nb.cells:
     cell.metadata.pop("execution", None)
 nb.metadata.pop("widgets", None)
 nbformat.validate(nb)
-nbs.save(path, nb)
+nbs.save(path, json.loads(nbformat.writes(nb)))   # lines as lists, as nbformat

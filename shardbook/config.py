@@ -75,7 +75,12 @@ def _ch2(n):      # data parallelism: the batch split n ways
 def _ch3(n):      # the hidden axis split n ways (1-D), or (b, h) ways (2-D)
     b, h = mesh_shape_2d(n)
     return dict(B=divisible_size(8, b), T=20, I=8, H=divisible_size(840, n), O=8,
-                lr=1e-3, mesh_2d=(b, h))
+                lr=1e-3, mesh_2d=(b, h),
+                # 3b/3c: the memory comparison, and batches split over all n devices
+                H_mem=divisible_size(1680, n), B_all=divisible_size(8, n),
+                # 3c: the large case of the strategy table and the GPU memory tables
+                # (8 GPUs each; not split over the lesson devices)
+                H_big=50_400, T_big=1000, B_big=32)
 
 
 def _fsdp(n):     # a small MLP whose weights are stored split over 'batch'

@@ -16,7 +16,7 @@ This module imports neither JAX nor BrainPy.
 from __future__ import annotations
 
 __all__ = ["GPUS", "GPU_SOURCES", "HARDWARE", "SOURCES", "allgather_latency", "gpu",
-           "link_seconds"]
+           "link_seconds", "ring_sent_bytes", "ring_traffic"]
 
 # region: hardware.h200
 HARDWARE = dict(
@@ -136,3 +136,34 @@ def link_seconds(gathered_bytes: float, n: int, hw: dict = HARDWARE) -> float:
     other_nodes = max(n - g, 0) / n * gathered_bytes
     return same_node / hw["nvlink_bytes_per_s"] + other_nodes / hw["net_bytes_per_s"]
 # endregion
+
+
+# region: hardware.ring
+def ring_sent_bytes(op: str, result_bytes: float, k: int) -> float:
+    """Bytes one device sends for one collective on a ring of ``k`` devices, from the
+    size of its result on one device (Patarasuk and Yuan, 2009; NCCL's ring
+    algorithms): an all-gather passes on the k - 1 blocks it does not own, an
+    all-reduce is a reduce-scatter then an all-gather, a reduce-scatter's result is
+    1/k of what it reduces, and a collective permute sends its whole result once."""
+    if k <= 1:
+        return 0.0
+    if op == "all-gather":
+        return (k - 1) / k * result_bytes
+    if op == "all-reduce":
+        return 2 * (k - 1) / k * result_bytes
+    if op == "reduce-scatter":
+        return (k - 1) * result_bytes
+    if op == "collective-permute":
+        return result_bytes
+    raise ValueError(f"no ring model for {op!r}")
+# endregion
+
+
+def ring_traffic(collectives, k: int) -> dict:
+    """Bytes one device sends, by phase (``"fwd"`` and ``"bwd"``: per time step;
+    ``"once"``: per call), for collectives with ``op``, ``phase`` and ``nbytes``
+    (``shardbook.hlo.Collective``), on a ring of ``k`` devices."""
+    out = {"fwd": 0.0, "bwd": 0.0, "once": 0.0}
+    for c in collectives:
+        out[c.phase] += ring_sent_bytes(c.op, c.nbytes, k)
+    return out

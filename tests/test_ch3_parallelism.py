@@ -1,6 +1,6 @@
 """Chapter 3's FSDP and explicit (shard_map) hidden split: the equivalence checks fail
-on planted bugs, with the tolerance the notebook states; and the recompilation trap
-needs both of its fixes.
+on planted bugs, with the tolerance chapter 3's pages state; and the recompilation
+trap of page 3a is Adam's step counter.
 
 Runs in this pytest process, with 4 simulated CPU devices (tests/conftest.py).
 """
@@ -25,24 +25,32 @@ RNN, make_loss_fn, make_task, shard_batch = (
     rnn.make_task,
     rnn.shard_batch,
 )
-NOTEBOOK = Path(__file__).resolve().parents[1] / "book" / "03-model-parallelism.ipynb"
+BOOK = Path(__file__).resolve().parents[1] / "book"
+NOTEBOOKS = [
+    BOOK / f"{name}.ipynb"
+    for name in (
+        "03a-hidden-split",
+        "03b-memory-and-communication",
+        "03c-fsdp-shard-map-cost",
+    )
+]
 CH3 = book.config("ch3")
 I, H, O, B, T = CH3.I, CH3.H, CH3.O, CH3.B, CH3.T  # noqa: E741  (the prose's names)
 
 
 def notebook_tolerance(check: str) -> dict:
-    """rtol and atol of ``check`` as the notebook's stored verdict states them."""
-    nb = nbs.load(NOTEBOOK)
-    for cell in nb["cells"]:
-        for out in cell.get("outputs", []):
-            text = "".join(out.get("text", ""))
-            for m in verify.VERDICT_RE.finditer(text):
-                if m.group("check") == check and m.group("rtol"):
-                    return {
-                        "rtol": float(m.group("rtol")),
-                        "atol": float(m.group("atol")),
-                    }
-    raise AssertionError(f"no stored verdict for {check} in {NOTEBOOK.name}")
+    """rtol and atol of ``check`` as chapter 3's stored verdict states them."""
+    for path in NOTEBOOKS:
+        for cell in nbs.load(path)["cells"]:
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("text", ""))
+                for m in verify.VERDICT_RE.finditer(text):
+                    if m.group("check") == check and m.group("rtol"):
+                        return {
+                            "rtol": float(m.group("rtol")),
+                            "atol": float(m.group("atol")),
+                        }
+    raise AssertionError(f"no stored verdict for {check} in chapter 3's pages")
 
 
 @pytest.fixture(scope="module")
@@ -162,24 +170,6 @@ def test_fsdp_step_is_the_one_adam_on_the_fsdp_gradient(reference):
         book.shards.check_sharding(w, specs[n])
 
 
-def test_compat_text_of_chapter_3_computes_what_rnn_pure_does(reference):
-    """Compat (issue 18): chapter 3 still prints shardbook.fsdp's old text of the
-    explicit split; it must be the loss that rnn.pure computes.  Remove with it."""
-    import importlib
-
-    fsdp = importlib.import_module("shardbook.fsdp")  # the compat module
-    params, xs, ys, _ = reference
-    mesh = Mesh(np.array(book.devices()), ("hidden",))
-    placed = _hidden_split(params, mesh)
-    for gather in (True, False):
-        old = fsdp.explicit_hidden_loss(mesh, gather=gather)
-        new = rnn.explicit_hidden_loss(mesh, gather=gather)
-        old, new = (jax.jit(jax.value_and_grad(f)) for f in (old, new))
-        verify.identical(
-            "test.compat.explicit", old(placed, xs, ys), new(placed, xs, ys)
-        )
-
-
 def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
     """Programs in the jit cache after each of three calls of a plain bm.jit step."""
     devices = np.array(book.devices())
@@ -234,3 +224,28 @@ def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
 )
 def test_recompilation_trap_is_the_step_counter(fix_counter, fix_specs, expected):
     assert _compilations(fix_counter, fix_specs) == expected
+
+
+def test_ring_bytes_follow_the_ring_algorithms():
+    """book.hardware's ring model (pages 3b and 3c): what one device sends."""
+    hw = book.hardware
+    assert hw.ring_sent_bytes("all-gather", 800, 8) == 700  # 7 blocks of 100
+    assert hw.ring_sent_bytes("all-reduce", 800, 8) == 1400  # RS + AG
+    assert hw.ring_sent_bytes("reduce-scatter", 100, 8) == 700  # result is 1/8
+    assert hw.ring_sent_bytes("all-reduce", 800, 1) == 0
+    with pytest.raises(ValueError, match="no ring model"):
+        hw.ring_sent_bytes("all-to-all", 8, 2)
+
+    class C:  # the fields of a shardbook.hlo.Collective it reads
+        def __init__(self, op, phase, nbytes):
+            self.op, self.phase, self.nbytes = op, phase, nbytes
+
+    got = hw.ring_traffic(
+        [
+            C("all-gather", "fwd", 800),
+            C("reduce-scatter", "bwd", 100),
+            C("all-reduce", "once", 80),
+        ],
+        8,
+    )
+    assert got == {"fwd": 700, "bwd": 700, "once": 140}

@@ -79,7 +79,12 @@ def test_a_device_count_set_too_late_is_refused(monkeypatch):
 SPLIT = {  # configuration -> {size: how many ways it is split on n devices}
     "ch1": {"rows": lambda n: n, "batch": lambda n: n},
     "ch2": {"B": lambda n: n},
-    "ch3": {"H": lambda n: n, "B": lambda n: book.mesh_shape_2d(n)[0]},
+    "ch3": {
+        "H": lambda n: n,
+        "B": lambda n: book.mesh_shape_2d(n)[0],
+        "H_mem": lambda n: n,
+        "B_all": lambda n: n,
+    },
     "fsdp": {"B": lambda n: n, "D": lambda n: n},
     "ch4": {"exc": lambda n: n, "inh": lambda n: n},
     "ch5a": {"hidden": lambda n: n},
@@ -139,7 +144,6 @@ def test_no_notebook_cuts_source_by_string():
 
 NOT_YET_MIGRATED = {
     "02-data-parallelism",
-    "03-model-parallelism",
     "04-coba-hh-network",
     "05a-multi-process",
 }
@@ -164,7 +168,7 @@ def test_region_markers(tmp_path):
         book.regions(pkg)
 
 
-PENDING = {"rnn", "child"}  # being written; removed when they land
+PENDING = {"child"}  # being written; removed when they land
 
 
 def test_the_doorway_names_what_it_offers():

@@ -47,7 +47,6 @@ NOT_YET_MIGRATED = {
     "01-devices-and-shards",
     "02-data-parallelism",
     "02b-cnn-recipe",
-    "03-model-parallelism",
     "04-coba-hh-network",
     "05a-multi-process",
     "05b-checkpoints",
