@@ -112,3 +112,19 @@ def config(name: str, n: int | None = None) -> Config:
     if n < 1:
         raise ValueError(f"a device count is at least 1, got {n}")
     return Config(name, n, CHAPTERS[name](n))
+
+
+# Chapter 4b (speed and memory) adds its sizes to "ch4"; none depends on the device
+# count (the million-neuron run keeps ``big_per_device`` neurons on every device).
+def _ch4_speed(n, _ch4_base=_ch4):
+    return dict(_ch4_base(n),
+                timed_scale=1,           # the timing table: 4,200 neurons, one device
+                timed_steps=200,         # steps per timed chunk (20 ms)
+                timed_warmup=300,        # steps before the timed window (30 ms)
+                timed_repeats=5,         # interleaved rounds; the median is printed
+                gpu_neurons=840_000,     # the GPU-target compiles (8 x H200)
+                big_per_device=126_000,  # the million-neuron run: 1,008,000 on 8
+                big_steps=100)           # its steps (10 ms)
+
+
+CHAPTERS["ch4"] = _ch4_speed

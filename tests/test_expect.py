@@ -60,6 +60,13 @@ def _coba(neurons):
     return lambda n: {"exc": exc, "inh": inh}
 
 
+def _push_ids(neurons):
+    """The push delivery's gathered index buffers: n devices' capacities, E and I."""
+    exc, inh = book.coba.sizes(neurons / 4200)
+    cap = book.coba.push.spike_capacity
+    return lambda n: {"ids_exc": n * cap(exc // n), "ids_inh": n * cap(inh // n)}
+
+
 CASES = [
     Case(
         "tiny.dp",
@@ -107,6 +114,15 @@ CASES = [
         _coba(31_458_000),
         compilers=("gpu",),
         key="above 30 MiB",
+    ),
+    Case("coba.push.step", "coba_hh", {"steps": 10, "conn": "push"}, _push_ids(4200)),
+    Case(
+        "coba.push.step",
+        "coba_hh",
+        {"steps": 10, "conn": "push", "neurons": 840_000},
+        _push_ids(840_000),
+        compilers=("gpu",),
+        key="840,000 neurons",
     ),
     # the same compiles as rnn.hidden (not donated), and the pure step donated
     Case(

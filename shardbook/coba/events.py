@@ -16,7 +16,7 @@ Anchors: brainevent's event CSR kernels and GeNN's sparse "push" connectivity.
 """
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -98,6 +98,29 @@ def chunk_size(synapses_per_device: int, fraction: float = CHUNK_FRACTION) -> in
     return max(64, int(np.ceil(synapses_per_device * fraction)))
 
 
+# One jitted builder per mesh and size, reused by every network built on it: a fresh
+# partial or closure per projection would miss jit's cache and compile again each time.
+@lru_cache(maxsize=None)
+def _csr_builder(mesh, n_pre: int):
+    build = partial(local_csr, n_pre=n_pre)
+    if mesh is not None:
+        build = jax.shard_map(build, mesh=mesh, in_specs=P(None, NEURON),
+                              out_specs=(P(NEURON), P(NEURON)), check_vma=False)
+    return jax.jit(build)
+
+
+@lru_cache(maxsize=None)
+def _rows_builder(mesh, n_pre: int, n_local: int, k: int, cap: int):
+    def build(key):
+        block = jax.lax.axis_index(NEURON) if mesh is not None else 0
+        return random_rows(jax.random.fold_in(key, block), n_pre, n_local, k, cap)
+
+    if mesh is not None:
+        build = jax.shard_map(build, mesh=mesh, in_specs=P(),
+                              out_specs=(P(NEURON), P(NEURON)), check_vma=False)
+    return jax.jit(build)
+
+
 class EventCSR(bp.dnn.Layer):
     """A projection as per-device CSR by presynaptic row, delivered event by event.
 
@@ -120,18 +143,10 @@ class EventCSR(bp.dnn.Layer):
         self.n_local = n_post // self.devices
         self.chunk = chunk_size(k * self.n_local, chunk_fraction)
         if sources is not None:
-            build, args, in_specs = partial(local_csr, n_pre=n_pre), (sources,), P(None, NEURON)
+            indptr, indices = _csr_builder(mesh, n_pre)(sources)
         else:
             cap = rows_capacity(k, self.n_local)
-
-            def build(key):
-                block = jax.lax.axis_index(NEURON) if mesh is not None else 0
-                return random_rows(jax.random.fold_in(key, block), n_pre, self.n_local, k, cap)
-            args, in_specs = (key,), P()
-        if mesh is not None:
-            build = jax.shard_map(build, mesh=mesh, in_specs=in_specs,
-                                  out_specs=(P(NEURON), P(NEURON)), check_vma=False)
-        indptr, indices = jax.jit(build)(*args)
+            indptr, indices = _rows_builder(mesh, n_pre, self.n_local, k, cap)(key)
         if sources is None:  # the room for a random number of synapses must have sufficed
             # a replicated max over the blocks' ends: readable in every process
             replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, P())

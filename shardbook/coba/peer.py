@@ -28,9 +28,15 @@ from jax.sharding import PartitionSpec as P
 from .events import EventCSR
 from .parameters import NEURON
 
-__all__ = ["CPU_ONLY", "Workspace", "workspace", "deliver", "BrainEventCSR"]
+__all__ = ["CPU_ONLY", "Workspace", "workspace", "deliver", "BrainEventCSR", "runs_on"]
 
 CPU_ONLY = True
+
+
+def runs_on(device) -> bool:
+    """Whether this module's brainevent path runs on ``device`` (its numba kernel: CPUs
+    only, :data:`CPU_ONLY`), so that a timing can leave the peer out elsewhere."""
+    return not CPU_ONLY or device.platform == "cpu"
 
 
 @jax.tree_util.register_pytree_node_class
