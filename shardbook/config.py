@@ -99,8 +99,23 @@ def _ch5a(n):     # the multi-process RNN: chapter 3's sizes, over processes x d
                 steps=3, lr=1e-3, seed=0)
 
 
+def _ch5b(n):     # checkpoints: saved on n devices, restored onto n // 2 and onto 1
+    from math import lcm
+
+    m = lcm(n, max(1, n // 2))   # every mesh of the page: 840 s for n <= 8 (m | 840)
+    return dict(num_in=8, hidden=divisible_size(840, m), num_out=8, batch=8, time=20,
+                lr=1e-3, scale=_ch4(m)["scale"])
+
+
+def _ch5c(n):     # the troubleshooting gallery: N neurons split n ways; COBA-HH sizes
+    unit = _ch4(n)["scale"]      # in multiples of 4200 s that n splits (s = 1 if n <= 8)
+    return dict(N=divisible_size(840, n), coba_step=4200 * unit,
+                coba_small=4200 * divisible_size(2_000, unit),
+                coba_large=4200 * divisible_size(20_000, unit))
+
+
 CHAPTERS = {"ch1": _ch1, "ch2": _ch2, "ch3": _ch3, "fsdp": _fsdp, "ch4": _ch4,
-            "ch5a": _ch5a}
+            "ch5a": _ch5a, "ch5b": _ch5b, "ch5c": _ch5c}
 
 
 def config(name: str, n: int | None = None) -> Config:

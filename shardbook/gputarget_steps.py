@@ -438,3 +438,16 @@ def check_fsdp_cpu(rep, D: int, layers: int):
     """XLA:CPU, FSDP of the MLP (``mlp.fsdp``)."""
     _on(rep, "cpu")
     _expect().check("mlp.fsdp", rep, D=D, layers=layers)
+
+
+def sparse_index(target, N: int = 840, K: int = 84):
+    """Chapter 5c, entry 8: a fixed in-degree index matrix ``(N, K)`` split by rows over
+    ``'neuron'`` sums the 0/1 activity of its presynaptic neurons (``sparse.index``)."""
+    target.mesh((target.n,), ("neuron",))
+
+    def step(idx, x):
+        return 0.5 * x[idx].sum(axis=1)
+
+    idx = target.struct((N, K), jnp.int32, P("neuron", None))
+    x = target.struct((N,), jnp.float32, P("neuron"))
+    return jax.jit(step), (idx, x)

@@ -32,12 +32,18 @@ This module imports neither JAX nor BrainPy at import time: the device count and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
+import time
 
-from . import child, jax_private
+from . import child, private
 from .config import config
+
+__all__ = ["LOOPBACK", "DEFAULTS", "COBA_DEFAULTS", "start_runtime", "shard_report",
+           "worker", "rnn_part", "coba_part", "coba_networks_part", "free_port",
+           "child_env", "Launch", "start", "launch", "main"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -61,6 +67,7 @@ COBA_DEFAULTS = dict(coba_scale=1, coba_steps=0, coba_seed=0, coba_out_dir="",
 # ---------------------------------------------------------------------------------
 # What every process runs
 # ---------------------------------------------------------------------------------
+# region: multiprocess.start_runtime
 def start_runtime(process_id: int, num_processes: int, port: int, local_devices: int,
                   timeout_s: int = 60) -> None:
     """Join the multi-process JAX runtime.  Must run before ``import brainpy``.
@@ -79,10 +86,11 @@ def start_runtime(process_id: int, num_processes: int, port: int, local_devices:
         initialization_timeout=timeout_s,
     )
     # The CPU collectives between processes (Gloo over TCP) on 127.0.0.1 too: JAX 0.10.2
-    # has no public option for it (shardbook/jax_private.py).
-    jax_private.gloo_on_loopback(LOOPBACK)
+    # has no public option for it (shardbook/private.py).
+    private.gloo_on_loopback(LOOPBACK)
     assert jax.local_device_count() == local_devices
     assert jax.device_count() == num_processes * local_devices
+# endregion
 
 
 def shard_report(x) -> dict:
@@ -101,15 +109,24 @@ def shard_report(x) -> dict:
     )
 
 
+@contextlib.contextmanager
+def _timed(seconds: dict, part: str):
+    t = time.perf_counter()
+    yield
+    seconds[part] = time.perf_counter() - t
+
+
 def _columns(index, shape) -> str:
     start, stop, _ = index[-1].indices(shape[-1])
     return f"{start}:{stop}"
 
 
+# region: multiprocess.worker
 def worker(process_id: int, num_processes: int, port: int, local_devices: int,
            **task) -> dict:
     """Join the runtime, run the RNN and/or COBA-HH parts; report from this process."""
     cfg = {**DEFAULTS, **COBA_DEFAULTS, **task}
+    t0 = time.perf_counter()
 
     # 1. Join the runtime FIRST: importing brainpy would start the XLA backend.
     start_runtime(process_id, num_processes, port, local_devices)
@@ -122,24 +139,32 @@ def worker(process_id: int, num_processes: int, port: int, local_devices: int,
         local_devices=[d.id for d in jax.local_devices()],
         global_devices=[d.id for d in jax.devices()],
     )
+    seconds = dict(runtime=time.perf_counter() - t0)   # wall time of each part
     if cfg["steps"]:
-        report.update(rnn_part(cfg, num_processes, local_devices))
+        with _timed(seconds, "rnn"):
+            report.update(rnn_part(cfg, num_processes, local_devices))
     if cfg["coba_steps"]:
-        report.update(coba_part(cfg))
+        with _timed(seconds, "coba"):
+            report.update(coba_part(cfg))
     if cfg["coba_nets"]:
-        report["coba_nets"] = coba_networks_part(cfg)
+        with _timed(seconds, "coba_nets"):
+            report["coba_nets"] = coba_networks_part(cfg)
     jax.distributed.shutdown()   # a barrier: nobody leaves while others still need it
+    report["seconds"] = seconds
     return report
+# endregion
 
 
+# region: multiprocess.rnn_part
 def rnn_part(cfg: dict, num_processes: int, local_devices: int) -> dict:
     """Train the chapter-3 RNN on a mesh that spans all processes."""
     import jax
     import numpy as np
-    import brainpy.math as bm
     from jax.experimental import multihost_utils
 
-    from .models import RNN, make_task, make_train_step
+    import brainpy.math as bm
+
+    from .rnn.model import RNN, make_task, make_train_step
     from .shards import bytes_per_device
 
     # 2. The same code as on one machine.  jax.devices() now lists the devices of
@@ -189,8 +214,10 @@ def rnn_part(cfg: dict, num_processes: int, local_devices: int) -> dict:
         fetch_error_2d=fetch_error_2d,
         mesh_2d=dict(wrec_2d.sharding.mesh.shape),
     )
+# endregion
 
 
+# region: multiprocess.coba_part
 def coba_part(cfg: dict) -> dict:
     """Run chapter 4's COBA-HH network on a 'neuron' mesh over every process's devices.
 
@@ -241,6 +268,7 @@ def coba_part(cfg: dict) -> dict:
             path = os.path.join(cfg["coba_out_dir"], name)
             np.save(path, np.packbits(np.asarray(whole, dtype=bool), axis=-1))
     return report
+# endregion
 
 
 def coba_networks_part(cfg: dict) -> dict:
@@ -308,16 +336,35 @@ def child_env(extra: dict | None = None) -> dict:
                            keep=("XLA_FLAGS",))
 
 
-def launch(num_processes: int = 2, devices_per_process: int = 4, timeout_s: float = 240,
-           **task) -> list[dict]:
-    """Start ``num_processes`` workers on this machine and return their reports.
+class Launch:
+    """Workers started by :func:`start`; :meth:`result` waits for their reports."""
+
+    def __init__(self, procs: list, timeout_s: float):
+        self.procs, self.deadline = procs, time.monotonic() + timeout_s
+        self._reports = None
+
+    def result(self) -> list[dict]:
+        """The reports, sorted by process index.  If any worker fails, or they have not
+        all finished by the deadline, every worker is killed and the error (with the
+        end of the failing worker's stderr) is raised."""
+        if self._reports is None:
+            try:
+                left = max(0.0, self.deadline - time.monotonic())
+                reports = child.wait_all(self.procs, timeout=left)
+            finally:
+                for p in self.procs:
+                    p.kill()
+            self._reports = sorted(reports, key=lambda r: r["process_index"])
+        return self._reports
+
+
+def start(num_processes: int = 2, devices_per_process: int = 4, timeout_s: float = 240,
+          **task) -> Launch:
+    """Start ``num_processes`` workers on this machine and return at once.
 
     Each worker is ``python -m shardbook.multiprocess`` with its process id, on
     ``127.0.0.1`` and one free port, with ``JAX_PLATFORMS=cpu`` and
-    ``devices_per_process`` simulated devices.  If any worker fails, or all have not
-    finished within ``timeout_s`` seconds, every worker is killed and the error
-    (with the end of the failing worker's stderr) is raised.  Reports are sorted by
-    process index.
+    ``devices_per_process`` simulated devices.  ``timeout_s`` counts from now.
     """
     port = free_port()
     task = {**config("ch5a", num_processes * devices_per_process).asdict(), **task}
@@ -328,11 +375,17 @@ def launch(num_processes: int = 2, devices_per_process: int = 4, timeout_s: floa
         for i in range(num_processes):
             procs.append(child.start("shardbook.multiprocess", *args, "--process-id", i,
                                      env=child_env(), name=f"process {i}"))
-        reports = child.wait_all(procs, timeout=timeout_s)
-    finally:
+    except BaseException:
         for p in procs:
             p.kill()
-    return sorted(reports, key=lambda r: r["process_index"])
+        raise
+    return Launch(procs, timeout_s)
+
+
+def launch(num_processes: int = 2, devices_per_process: int = 4, timeout_s: float = 240,
+           **task) -> list[dict]:
+    """:func:`start` the workers and wait: their reports, sorted by process index."""
+    return start(num_processes, devices_per_process, timeout_s, **task).result()
 
 
 def main(argv=None) -> None:

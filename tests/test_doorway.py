@@ -9,6 +9,7 @@ regions.
 * Every source region a notebook shows exists, and region markers are checked.
 """
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,13 @@ SPLIT = {  # configuration -> {size: how many ways it is split on n devices}
     "fsdp": {"B": lambda n: n, "D": lambda n: n},
     "ch4": {"exc": lambda n: n, "inh": lambda n: n},
     "ch5a": {"hidden": lambda n: n},
+    "ch5b": {"hidden": lambda n: math.lcm(n, max(1, n // 2))},
+    "ch5c": {
+        "N": lambda n: n,
+        "coba_step": lambda n: n,
+        "coba_small": lambda n: n,
+        "coba_large": lambda n: n,
+    },
 }
 
 
@@ -145,7 +153,6 @@ def test_no_notebook_cuts_source_by_string():
 NOT_YET_MIGRATED = {
     "02-data-parallelism",
     "04-coba-hh-network",
-    "05a-multi-process",
 }
 
 

@@ -146,6 +146,7 @@ CASES = [
         lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"], n), "donated": True},
         key="donated",
     ),
+    Case("sparse.index", "sparse_index", {"N": 840, "K": 84}, lambda n: {"N": 840}),
 ]
 for c in CASES:
     c.key = f"{c.step} [{c.key}]" if c.key else c.step

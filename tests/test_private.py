@@ -48,9 +48,6 @@ NOT_YET_MIGRATED = {
     "02-data-parallelism",
     "02b-cnn-recipe",
     "04-coba-hh-network",
-    "05a-multi-process",
-    "05b-checkpoints",
-    "05c-troubleshooting",
     "06-two-compilers",
 }
 

@@ -52,6 +52,7 @@ class CheckpointMismatch(ValueError):
     """The network at hand, or the one rebuilt, is not the network that was saved."""
 
 
+# region: coba.checkpoint.state
 def state_of(net) -> dict:
     """The dynamical state of a network by stable names: {population: {V, m, h, n,
     spike}, projection: {g}} of BrainPy Variables (no connectivity)."""
@@ -63,6 +64,7 @@ def state_of(net) -> dict:
         {name: {"g": proj.refs["syn"].g} for name, proj in net.projections.items()}
     )
     return state
+# endregion
 
 
 def _is_var(x):
