@@ -94,8 +94,16 @@ def _ch5a(n):     # the multi-process RNN: chapter 3's sizes, over processes x d
                 steps=3, lr=1e-3, seed=0)
 
 
+def _ch4a(n):     # page 4a: the published forms at a small size, split n ways
+    # 1600 E + 400 I (half the benchmark's 3200 + 800), run for form_steps of 0.1 ms;
+    # chunks of the book's variant: 12 x 100 ms is the regime protocol's 200 + 1000 ms
+    return dict(form_exc=divisible_size(1600, n), form_inh=divisible_size(400, n),
+                form_steps=600, chunk_steps=1000, chunks=12)
+
+
 CHAPTERS = {"ch1": _ch1, "ch2": _ch2, "ch3": _ch3, "fsdp": _fsdp, "ch4": _ch4,
             "ch5a": _ch5a}
+CHAPTERS["ch4a"] = _ch4a
 
 
 def config(name: str, n: int | None = None) -> Config:

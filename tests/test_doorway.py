@@ -79,6 +79,7 @@ SPLIT = {  # configuration -> {size: how many ways it is split on n devices}
     "ch3": {"H": lambda n: n, "B": lambda n: book.mesh_shape_2d(n)[0]},
     "fsdp": {"B": lambda n: n, "D": lambda n: n},
     "ch4": {"exc": lambda n: n, "inh": lambda n: n},
+    "ch4a": {"form_exc": lambda n: n, "form_inh": lambda n: n},
     "ch5a": {"hidden": lambda n: n},
 }
 
@@ -133,7 +134,7 @@ def test_no_notebook_cuts_source_by_string():
 
 
 NOT_YET_MIGRATED = {
-    "02-data-parallelism", "03-model-parallelism", "04-coba-hh-network",
+    "02-data-parallelism", "03-model-parallelism",
     "05a-multi-process",
 }
 
