@@ -24,7 +24,7 @@ BEING_REWRITTEN = {"coba", "multiprocess"}   # issue 18; emptied when they land
 NOT_YET_MIGRATED = {
     "book/01-devices-and-shards.ipynb", "book/02-data-parallelism.ipynb",
     "book/02b-cnn-recipe.ipynb", "book/03-model-parallelism.ipynb",
-    "book/04-coba-hh-network.ipynb", "book/05a-multi-process.ipynb",
+    "book/05a-multi-process.ipynb",
     "book/05b-checkpoints.ipynb", "book/05c-troubleshooting.ipynb",
     "book/06-two-compilers.ipynb",
     "ci/coba_sweep.py", "ci/margins.py", "recipes/run_coba.py", "recipes/train_rnn.py",
