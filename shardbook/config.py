@@ -114,8 +114,16 @@ def _ch5c(n):     # the troubleshooting gallery: N neurons split n ways; COBA-HH
                 coba_large=4200 * divisible_size(20_000, unit))
 
 
+def _ch4a(n):     # page 4a: the published forms at a small size, split n ways
+    # 1600 E + 400 I (half the benchmark's 3200 + 800), run for form_steps of 0.1 ms;
+    # chunks of the book's variant: 12 x 100 ms is the regime protocol's 200 + 1000 ms
+    return dict(form_exc=divisible_size(1600, n), form_inh=divisible_size(400, n),
+                form_steps=600, chunk_steps=1000, chunks=12)
+
+
 CHAPTERS = {"ch1": _ch1, "ch2": _ch2, "ch3": _ch3, "fsdp": _fsdp, "ch4": _ch4,
-            "ch5a": _ch5a, "ch5b": _ch5b, "ch5c": _ch5c}
+            "ch5a": _ch5a, "ch5b": _ch5b, "ch5c": _ch5c,
+            "ch4a": _ch4a}
 
 
 def config(name: str, n: int | None = None) -> Config:

@@ -88,6 +88,7 @@ SPLIT = {  # configuration -> {size: how many ways it is split on n devices}
     },
     "fsdp": {"B": lambda n: n, "D": lambda n: n},
     "ch4": {"exc": lambda n: n, "inh": lambda n: n},
+    "ch4a": {"form_exc": lambda n: n, "form_inh": lambda n: n},
     "ch5a": {"hidden": lambda n: n},
     "ch5b": {"hidden": lambda n: math.lcm(n, max(1, n // 2))},
     "ch5c": {
@@ -152,7 +153,6 @@ def test_no_notebook_cuts_source_by_string():
 
 NOT_YET_MIGRATED = {
     "02-data-parallelism",
-    "04-coba-hh-network",
 }
 
 

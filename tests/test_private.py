@@ -47,7 +47,6 @@ NOT_YET_MIGRATED = {
     "01-devices-and-shards",
     "02-data-parallelism",
     "02b-cnn-recipe",
-    "04-coba-hh-network",
     "06-two-compilers",
 }
 

@@ -10,6 +10,7 @@ import brainpy.math as bm
 
 NEURON = bm.sharding.NEU_AXIS  # the mesh axis name, 'neuron'
 
+# region: coba.parameters
 DT = 0.1                                      # ms
 Cm = 200.                                     # membrane capacitance, pF
 gl, g_Na, g_Kd = 10., 20_000., 6_000.         # leak, sodium, potassium conductances, nS
@@ -22,6 +23,7 @@ we, wi = 6., 67.                              # synaptic weights (conductance ju
 K_EXC, K_INH = 64, 16                         # fixed in-degree: 80 inputs = 2 % of 4000
 N_EXC_UNIT, N_INH_UNIT = 3360, 840            # scale 1: 4200 neurons; 840 = lcm(1..8)
 P_CONN = 0.02                                 # the benchmark's connection probability
+# endregion
 
 # The benchmark's randomised start (Brian 2, examples/COBAHH.py, after Brette et al.):
 # V = El + (5 randn - 5) mV, g_e = (1.5 randn + 4) 10 nS, g_i = (12 randn + 20) 10 nS.

@@ -18,6 +18,7 @@ import brainpy.math as bm
 from .parameters import (GE0_MEAN, GE0_SD, GI0_MEAN, GI0_SD, NEURON, V0_MEAN, V0_SD)
 
 
+# region: coba.sharded-random
 def sharded_random(fn, key, axis_names, *static):
     """``fn(key, *static)`` under ``jit`` with ``out_shardings``: each device its slice.
 
@@ -33,8 +34,10 @@ def sharded_random(fn, key, axis_names, *static):
     else:
         sharding = bm.sharding.get_sharding(axis_names)
     return _compiled(fn, key, sharding, static)(key)  # jax.jit(fn, out_shardings=...)
+# endregion
 
 
+# region: coba.random-state
 def random_state(key, populations, projections, start="rest"):
     """Every random array of a network, from one key, in one compiled program.
 
@@ -56,6 +59,7 @@ def random_state(key, populations, projections, start="rest"):
         sub = jax.random.fold_in(key, i)
         out[name] = jax.random.randint(sub, (k, n_post), 0, n_pre, dtype=jnp.int32)
     return out
+# endregion
 
 
 def random_state_axes(populations, projections, start="rest"):
@@ -66,6 +70,7 @@ def random_state_axes(populations, projections, start="rest"):
     return out | {p[0]: [None, NEURON] for p in projections}
 
 
+# region: coba.bernoulli
 def bernoulli_sources(key, n_pre, n_post, p, k_max):
     """The benchmark's graph: each (pre, post) pair connects with probability ``p``.
 
@@ -79,6 +84,7 @@ def bernoulli_sources(key, n_pre, n_post, p, k_max):
     cols = jnp.broadcast_to(jnp.arange(n_post, dtype=jnp.int32)[None, :], (n_pre, n_post))
     empty = jnp.full((k_max, n_post), n_pre, jnp.int32)
     return empty.at[slot, cols].set(rows, mode="drop")
+# endregion
 
 
 def bernoulli_k_max(n_pre, p):
