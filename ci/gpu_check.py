@@ -62,10 +62,12 @@ SHARES = {"compile": 0.22, "memory": 0.16, "timing": 0.40, "notebooks": 0.22}
 PUBLISHED_10S = (42.0, 54.0)      # BrainPy ICLR 2024 reproducibility data, one GPU
 PUBLISHED_SOURCE = ("BrainPy ICLR 2024 reproducibility data: COBA-HH, 10 s simulated, "
                     "one GPU, about 42-54 s, nearly flat in size")
-# The wheels the device lacks (KINDS.md: it has JAX, numpy, numba, optax, msgpack,
-# scipy, matplotlib, tqdm); versions from requirements.txt.
+# The wheels the device lacks (its KINDS.md lists JAX, numpy, numba, optax, msgpack,
+# scipy, matplotlib, tqdm, opt-einsum, typing-extensions): BrainPy 2.8.2's family and
+# saiunit's array_api_compat, at requirements.txt's versions; about 7 MB, all
+# pure-Python (py3-none-any), well inside the 64 MiB that travels.
 WHEELS = ("brainpy", "brainpy_state", "brainstate", "brainevent", "brainunit",
-          "braintools", "saiunit")
+          "braintools", "saiunit", "array_api_compat")
 VERSIONS = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt",
             "jax-cuda12-plugin", "brainpy", "brainpy_state", "brainstate",
             "brainevent", "brainunit", "braintools", "numpy", "numba", "optax",
@@ -354,6 +356,14 @@ def phase_timing(cfg: dict) -> dict:
     return out
 
 
+def _no_magic(line: str) -> str:
+    """An IPython magic (``%pip``, ``!ls``) as a ``pass`` at its own indentation."""
+    body = line.lstrip()
+    if body.startswith(("%", "!")):
+        return line[:len(line) - len(body)] + "pass  # " + body
+    return line
+
+
 def phase_notebook(cfg: dict) -> dict:
     """Run one notebook's code cells as a script (no Jupyter on the device)."""
     import matplotlib
@@ -364,8 +374,7 @@ def phase_notebook(cfg: dict) -> dict:
     cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
     for i, cell in enumerate(cells):
         src = "".join(cell["source"])
-        src = "\n".join("pass  # " + ln if ln.lstrip().startswith(("%", "!")) else ln
-                        for ln in src.splitlines())
+        src = "\n".join(_no_magic(ln) for ln in src.splitlines())
         try:
             exec(compile(src, f"{cfg['path']}[{i}]", "exec"), scope)
         except Exception:

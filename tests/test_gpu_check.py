@@ -23,7 +23,8 @@ SCRIPT = ROOT / "ci" / "gpu_check.py"
 def _tiny_notebook(path: Path) -> Path:
     cell = dict(cell_type="code", execution_count=None, outputs=[], metadata={})
     nb = dict(nbformat=4, nbformat_minor=5, metadata={}, cells=[
-        dict(cell, source="%matplotlib inline\nx = 6 * 7\nassert x == 42"),
+        dict(cell, source="%matplotlib inline\nif False:\n    %pip install x\n"
+                          "x = 6 * 7\nassert x == 42"),
         dict(cell, source="raise ValueError('shown on purpose')",
              metadata={"tags": ["raises-exception"]}),
         dict(cell, cell_type="markdown", source="text"),
@@ -108,7 +109,7 @@ def test_load_and_note(dry, tmp_path):
 
 
 def test_the_book_reads_the_data_through_the_doorway():
-    data = book.gpu_data("h200")      # None until a GPU run wrote book/data/gpu_h200.json
+    data = book.gpu_data("h200")   # None until a GPU run wrote book/data/gpu_h200.json
     assert data is None or book.gpudata.validate(data)
     assert book.gpu_note("h200") == book.gpudata.note(data)
 
