@@ -200,7 +200,8 @@ def compile_lines(data: dict) -> list[str]:
 
 def record_lines(data: dict | None) -> list[str]:
     """The record page's section (Markdown): the note, and the GPU run's figures."""
-    lines = ["## Real-GPU measurements", "", note(data).capitalize() + "."]
+    said = note(data)
+    lines = ["## Real-GPU measurements", "", said[:1].upper() + said[1:] + "."]
     if data is None:
         return lines
     prov = data["provenance"]
