@@ -185,6 +185,17 @@ def _mem_row(model, size, compiled, run, ledger=None) -> dict:
                 ratio=None if not measured else measured / analysis["total"])
 
 
+def attempt(errors: list, what: str, fn):
+    """``fn()``, or None with the error kept in ``errors``: one failing step (a JAX
+    that BrainPy does not know, an overflow at one size) costs only its own row."""
+    try:
+        return fn()
+    except Exception as e:
+        errors.append(dict(what=what, error=f"{type(e).__name__}: {e}"[:600]))
+        print(f"[error] {what}: {errors[-1]['error']}", file=sys.stderr, flush=True)
+        return None
+
+
 def phase_compile(cfg: dict) -> dict:
     """Compile chapter 6's 1-device steps here, beside the prediction."""
     pred, progs = cfg["prediction"], {}
@@ -193,10 +204,13 @@ def phase_compile(cfg: dict) -> dict:
         progs = dict(zip(jobs, compile_here(jobs)))
         pred = prediction(jobs, list(progs.values()), "1 x CPU (dry run: this process)")
     book.gpudata.validate_prediction(pred)
-    rows = []
+    rows, errors = [], []
     for name, job in pred["jobs"].items():
-        prog = (progs.get(name)
-                or compile_here({name: (job["builder"], job["kwargs"])})[0])
+        prog = progs.get(name) or attempt(
+            errors, f"compile {name}",
+            lambda job=job: compile_here({"": (job["builder"], job["kwargs"])})[0])
+        if prog is None:
+            continue
         got, want = summary(prog), job
         diff = {k: got[k] - want["memory"][k]
                 for k in ("arguments", "outputs", "temporaries", "total")}
@@ -211,7 +225,7 @@ def phase_compile(cfg: dict) -> dict:
               f"(predicted {want['collectives']}), "
               f"temporaries {got['temporaries']:,} B "
               f"(predicted {want['memory']['temporaries']:,})", flush=True)
-    return dict(rows=rows, predicted_on=pred["provenance"])
+    return dict(rows=rows, predicted_on=pred["provenance"], errors=errors)
 
 
 def phase_memory(cfg: dict) -> dict:
@@ -222,32 +236,44 @@ def phase_memory(cfg: dict) -> dict:
     s = sizes(cfg["dry"])
     dev = jax.devices()[0]
     rnn, coba = book.rnn, book.coba
-    todo = []
-    for sz in s["memory_rnn"]:
+    todo, errors = [], []
+
+    def rnn_item(sz):
         with bm.sharding.device_mesh([dev], ["batch"]):
             model = rnn.RNN(sz["I"], sz["H"], sz["O"], sz["B"])
         step = rnn.make_train_step(model)
         xs, ys = rnn.make_task(sz["B"], sz["T"], sz["I"], sz["O"])
         compiled = step.lower(xs, ys).compile()
-        todo.append(("rnn.train_step", sz, compiled,
-                     lambda st=step, x=xs, y=ys: jax.block_until_ready(st(x, y)), None))
-    for scale in s["memory_coba"]:
+        return ("rnn.train_step", sz, compiled,
+                lambda: jax.block_until_ready(step(xs, ys)), None)
+
+    def coba_item(scale):
         net = coba.build([dev], scale=scale, conn="index")
         sim = coba.Simulation(net, record=("count",))
         steps = s["memory_steps"]
         compiled = sim.compile(steps)
         n = sum(coba.sizes(scale))
-        todo.append(("coba.loop", dict(neurons=n, steps=steps, conn="index"), compiled,
-                     lambda sm=sim, k=steps: sm.run(k),
-                     float(coba.fit_bytes_per_device(n, 1))))
+        return ("coba.loop", dict(neurons=n, steps=steps, conn="index"), compiled,
+                lambda: sim.run(steps), float(coba.fit_bytes_per_device(n, 1)))
+
+    for sz in s["memory_rnn"]:
+        todo.append(attempt(errors, f"memory rnn {sz}", lambda sz=sz: rnn_item(sz)))
+    for scale in s["memory_coba"]:
+        todo.append(attempt(errors, f"memory coba scale {scale}",
+                            lambda sc=scale: coba_item(sc)))
+    todo = [t for t in todo if t is not None]
     todo.sort(key=lambda t: book.memory.compiled_memory(t[2])["total"])
     rows = []
     for model, size, compiled, run, ledger in todo:
-        rows.append(_mem_row(model, size, compiled, run, ledger))
+        row = attempt(errors, f"memory {model} {size}",
+                      lambda: _mem_row(model, size, compiled, run, ledger))
+        if row is None:
+            continue
+        rows.append(row)
         r = rows[-1]
         print(f"[memory] {model} {size}: analysis {r['analysis']['total']:,} B, "
               f"peak {r['peak_bytes_in_use']}", flush=True)
-    return dict(rows=rows)
+    return dict(rows=rows, errors=errors)
 
 
 def _median(xs):
@@ -271,8 +297,7 @@ def phase_timing(cfg: dict) -> dict:
         e = round(0.8 * n)
         return (e, n - e)
 
-    # the RNN training step of chapters 2 and 3, one device
-    for chapter, given in s["rnn"]:
+    def rnn_timing(chapter, given):
         c = given or book.config(chapter, 1).asdict()
         axis = "batch" if chapter == "ch2" else "hidden"
         with bm.sharding.device_mesh([dev], [axis]):
@@ -293,38 +318,43 @@ def phase_timing(cfg: dict) -> dict:
         print(f"[timing] RNN {chapter}: {med * 1e3:.3f} ms wall per training step",
               flush=True)
 
-    progress("timing", out)
+    def ten_seconds(ten):
+        # 10 s of simulated time at 120,000 neurons (the push delivery), vs BrainPy's
+        left = deadline - time.monotonic()
+        net = coba.build([dev], sizes=split(ten["neurons"]), conn="push")
+        sim = coba.Simulation(net, record=("count",))
+        degrees = coba.timing.out_degrees(net)
+        compile_s = time.perf_counter()
+        sim.compile(ten["chunk"])
+        compile_s = time.perf_counter() - compile_s
+        run_s, chunks = 0.0, 0
+        for _ in range(ten["chunks"]):
+            _, dt = sim.timed_run(ten["chunk"])
+            run_s, chunks = run_s + dt, chunks + 1
+            if time.monotonic() + 2 * dt > deadline - 0.5 * cfg["budget_s"]:
+                break       # keep half the budget for the sizes below
+        counts = {p: np.asarray(c.value, np.int64) for p, c in sim.counts.items()}
+        steps = chunks * ten["chunk"]
+        events = sum(float(counts[p] @ degrees[p]) for p in counts) / steps
+        simulated_s = steps * coba.DT * 1e-3
+        spikes = sum(int(v.sum()) for v in counts.values())
+        out["coba_10s"] = dict(
+            neurons=ten["neurons"], conn="push", simulated_s=simulated_s, run_s=run_s,
+            compile_s=compile_s, events_per_step=events,
+            rate_hz=spikes / ten["neurons"] / simulated_s,
+            s_per_sim_s=run_s / simulated_s, complete=chunks == ten["chunks"],
+            budget_left_s=left, published_s=list(PUBLISHED_10S),
+            published_source=PUBLISHED_SOURCE)
+        del net, sim
+        print(f"[timing] {ten['neurons']:,} neurons, {simulated_s:g} s simulated: "
+              f"{run_s:.1f} s wall (compile {compile_s:.1f} s)", flush=True)
 
-    # 10 s of simulated time at 120,000 neurons (the push delivery), vs BrainPy's paper
-    ten = s["ten_s"]
-    left = deadline - time.monotonic()
-    net = coba.build([dev], sizes=split(ten["neurons"]), conn="push")
-    sim = coba.Simulation(net, record=("count",))
-    degrees = coba.timing.out_degrees(net)
-    compile_s = time.perf_counter()
-    sim.compile(ten["chunk"])
-    compile_s = time.perf_counter() - compile_s
-    run_s, chunks = 0.0, 0
-    for _ in range(ten["chunks"]):
-        _, dt = sim.timed_run(ten["chunk"])
-        run_s, chunks = run_s + dt, chunks + 1
-        if time.monotonic() + 2 * dt > deadline - 0.5 * cfg["budget_s"]:
-            break       # keep half the budget for the sizes below
-    counts = {p: np.asarray(c.value, np.int64) for p, c in sim.counts.items()}
-    steps = chunks * ten["chunk"]
-    events = sum(float(counts[p] @ degrees[p]) for p in counts) / steps
-    simulated_s = steps * coba.DT * 1e-3
-    spikes = sum(int(v.sum()) for v in counts.values())
-    out["coba_10s"] = dict(
-        neurons=ten["neurons"], conn="push", simulated_s=simulated_s, run_s=run_s,
-        compile_s=compile_s, events_per_step=events,
-        rate_hz=spikes / ten["neurons"] / simulated_s,
-        s_per_sim_s=run_s / simulated_s, complete=chunks == ten["chunks"],
-        budget_left_s=left, published_s=list(PUBLISHED_10S),
-        published_source=PUBLISHED_SOURCE)
-    del net, sim
-    print(f"[timing] {ten['neurons']:,} neurons, {simulated_s:g} s simulated: "
-          f"{run_s:.1f} s wall (compile {compile_s:.1f} s)", flush=True)
+    # the RNN training step of chapters 2 and 3, one device
+    for chapter, given in s["rnn"]:
+        attempt(out["errors"], f"timing rnn {chapter}",
+                lambda ch=chapter, g=given: rnn_timing(ch, g))
+    progress("timing", out)
+    attempt(out["errors"], "timing 10 s", lambda: ten_seconds(s["ten_s"]))
     progress("timing", out)
 
     # push vs index, side by side, growing while the budget lasts
@@ -343,7 +373,8 @@ def phase_timing(cfg: dict) -> dict:
                 steps=s["timing_steps"], warmup=s["warmup"], repeats=s["repeats"],
                 devices=[dev], sizes=split(n))
         except Exception as e:   # e.g. a delivery overflow at this size: say so
-            out["errors"].append(dict(neurons=n, error=repr(e)[:400]))
+            out["errors"].append(dict(what=f"timing {n:,} neurons",
+                                      error=f"{type(e).__name__}: {e}"[:600]))
             continue
         for name, t in res.items():
             row = t.asdict()
@@ -479,7 +510,7 @@ def gather(args) -> dict:
     base = dict(dry=dry, command=command, commit=args.commit, prediction=pred)
     data = dict(schema=book.gpudata.SCHEMA, dry_run=dry, phases={}, compile=[],
                 memory=[], timing={"coba": [], "coba_10s": None, "rnn": []},
-                notebooks=[], budget_s=args.budget)
+                notebooks=[], budget_s=args.budget, errors={})
     budgets = {p: share * args.budget for p, share in SHARES.items()}
     provs = []
     for group in GROUPS:
@@ -490,8 +521,10 @@ def gather(args) -> dict:
         if results.get("compile"):
             data["compile"] = results["compile"]["rows"]
             data["predicted_on"] = results["compile"]["predicted_on"]
+            data["errors"]["compile"] = results["compile"]["errors"]
         if results.get("memory"):
             data["memory"] = results["memory"]["rows"]
+            data["errors"]["memory"] = results["memory"]["errors"]
         if results.get("timing"):
             data["timing"] = {k: results["timing"][k]
                               for k in ("coba", "coba_10s", "rnn", "skipped",

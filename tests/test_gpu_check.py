@@ -60,6 +60,7 @@ def test_dry_run_writes_the_schema(dry):
     assert dry["timing"]["coba_10s"]["published_s"] == [42.0, 54.0]
     assert dry["timing"]["rnn"][0]["seconds_per_step"] > 0
     assert dry["notebooks"][0]["status"] == "ok"
+    assert not any(dry["errors"].values()) and not dry["timing"]["errors"]
     assert dry["provenance"]["versions"]["brainpy"] == "2.8.2"
     assert "mismatch" in dry["provenance"]
 
