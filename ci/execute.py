@@ -4,6 +4,7 @@ Outputs are stored exactly as produced.  Per-cell execution metadata (timestamps
 dropped so that a re-run changes the file only where an output changed.  The notebook
 is read and written by ci/notebooks.py, as nbformat writes it.
 """
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import notebooks as nbs
 from nbclient import NotebookClient
 
 path = Path(sys.argv[1])
-nb = nbformat.from_dict(nbs.load(path))
+# nbformat.reads joins the sources stored as lists of lines (nbclient needs strings)
+nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
 client = NotebookClient(nb, timeout=1800, kernel_name="python3",
                         resources={"metadata": {"path": str(path.parent)}})
 client.execute()
@@ -20,4 +22,4 @@ for cell in nb.cells:
     cell.metadata.pop("execution", None)
 nb.metadata.pop("widgets", None)
 nbformat.validate(nb)
-nbs.save(path, nb)
+nbs.save(path, json.loads(nbformat.writes(nb)))   # sources as lists of lines again
