@@ -35,7 +35,7 @@ QUARANTINE = ROOT / "shardbook" / "private.py"
 NOT_YET_MIGRATED = {
     "01-devices-and-shards", "02-data-parallelism", "02b-cnn-recipe",
     "03-model-parallelism", "04-coba-hh-network", "05a-multi-process", "05b-checkpoints",
-    "05c-troubleshooting", "06-two-compilers",
+    "05c-troubleshooting",
 }
 
 

@@ -26,7 +26,6 @@ NOT_YET_MIGRATED = {
     "book/02b-cnn-recipe.ipynb", "book/03-model-parallelism.ipynb",
     "book/04-coba-hh-network.ipynb", "book/05a-multi-process.ipynb",
     "book/05b-checkpoints.ipynb", "book/05c-troubleshooting.ipynb",
-    "book/06-two-compilers.ipynb",
     "ci/coba_sweep.py", "ci/margins.py", "recipes/run_coba.py", "recipes/train_rnn.py",
     "tests/test_ch3_parallelism.py", "tests/test_checkpoint.py", "tests/test_coba.py",
     "tests/test_gputarget.py", "tests/test_margins.py", "tests/test_multiprocess.py",
