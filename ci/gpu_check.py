@@ -38,6 +38,12 @@ wheels made by ``--wheels .whl`` and run::
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
     PYTHONPATH=/tmp/site:$PWD ci/gpu_check --commit <hash> --out $OUT
+
+and commit the ``gpu_h200.json`` that comes back into ``book/data/``.  That JAX is not
+the book's pin (0.10.2, CUDA 12): the file records the mismatch.  JAX 0.11 is not on
+the package index this book is built from, so the dry run checks the same code with
+the pinned JAX 0.10.2 only; a step that the device's JAX breaks costs only its own
+row (``errors`` in the file).
 """
 from __future__ import annotations
 
