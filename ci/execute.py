@@ -13,7 +13,8 @@ import notebooks as nbs
 from nbclient import NotebookClient
 
 path = Path(sys.argv[1])
-nb = nbformat.reads(nbs.dumps(nbs.load(path)), as_version=4)   # sources as strings
+# nbformat.reads joins the sources stored as lists of lines (nbclient needs strings)
+nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
 client = NotebookClient(nb, timeout=1800, kernel_name="python3",
                         resources={"metadata": {"path": str(path.parent)}})
 client.execute()
@@ -21,4 +22,4 @@ for cell in nb.cells:
     cell.metadata.pop("execution", None)
 nb.metadata.pop("widgets", None)
 nbformat.validate(nb)
-nbs.save(path, json.loads(nbformat.writes(nb)))   # lines as lists, as nbformat
+nbs.save(path, json.loads(nbformat.writes(nb)))   # sources as lists of lines again

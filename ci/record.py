@@ -99,6 +99,14 @@ def times_table(junit_dir: Path) -> list[str]:
     ]
 
 
+def gpu_lines() -> list[str]:
+    """What a real GPU measured (``ci/gpu_check``'s data file), or that nothing has."""
+    sys.path.insert(0, str(ROOT))
+    from shardbook import book
+
+    return book.gpudata.record_lines(book.gpu_data("h200"))
+
+
 def write(junit_dir: Path | None, out: Path = OUT) -> None:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -118,6 +126,7 @@ def write(junit_dir: Path | None, out: Path = OUT) -> None:
     ]
     if junit_dir and junit_dir.is_dir():
         lines += times_table(junit_dir)
+    lines += ["", *gpu_lines()]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print(f"[record] wrote {out}")

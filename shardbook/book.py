@@ -49,10 +49,13 @@ _MODULES = {
     "cluster": "cluster",          # cluster failures reproduced on one machine (5c)
     "private": "private",          # every private JAX/brainstate/Orbax touch point
     "hardware": "hardware",        # cited GPU figures (H200, H100) for the cost models
+    "gpudata": "gpudata",          # the real-GPU data file of ci/gpu_check, validated
 }
 _NAMES = {
     "Program": ("hlo", "Program"),
     "count_compiles": ("compiles", "count_compiles"),
+    "gpu_data": ("gpudata", "gpu_data"),     # a GPU run's figures, or None
+    "gpu_note": ("gpudata", "gpu_note"),     # "measured on ..." or "no real-GPU ..."
 }
 
 __all__ = sorted([

@@ -149,15 +149,16 @@ class Target:
     mesh with :meth:`struct` or :meth:`bm_step`.
 
     ``Target("cpu", devices)`` (what :func:`compile_here` uses) builds and compiles on
-    this process's own devices (the first ``devices``); then both meshes are the same.
+    this process's own lesson devices (the first ``devices`` of
+    :func:`shardbook.book.devices`); then both meshes are the same.
     """
 
     def __init__(self, kind: str = "h200", devices: int | None = None, hosts: int = 1):
-        import jax
-
         self.kind = "cpu" if kind == "cpu" else _name(kind)
-        if self.kind == "cpu":
-            self.devices = list(jax.devices())[:devices]
+        if self.kind == "cpu":   # the lesson devices (all of jax.devices() before setup)
+            from .devices import lesson_devices
+
+            self.devices = lesson_devices()[:devices]
             self.description = (f"{len(self.devices)} x {self.devices[0].device_kind} "
                                 "(this process)")
         else:

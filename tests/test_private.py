@@ -47,7 +47,6 @@ NOT_YET_MIGRATED = {
     "01-devices-and-shards",
     "02-data-parallelism",
     "02b-cnn-recipe",
-    "06-two-compilers",
 }
 
 

@@ -26,7 +26,6 @@ NOT_YET_MIGRATED = {
     "book/01-devices-and-shards.ipynb",
     "book/02-data-parallelism.ipynb",
     "book/02b-cnn-recipe.ipynb",
-    "book/06-two-compilers.ipynb",
     "ci/coba_sweep.py",
     "ci/margins.py",
     "recipes/run_coba.py",

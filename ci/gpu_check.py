@@ -1,0 +1,673 @@
+#!/usr/bin/env python3
+"""The book's GPU check: one command that tests its GPU claims on a real GPU.
+
+    ci/gpu_check                      on a machine with an NVIDIA GPU (under 8 minutes
+                                      on one H200): writes book/data/gpu_<device>.json
+    ci/gpu_check --dry-run [--out D]  the same code path on the CPU with tiny sizes; the
+                                      file goes to D (default: a new temporary folder)
+    ci/gpu_check --predict            the GPU-target prediction, compiled here without a
+                                      GPU: book/data/gpu_target_h200.json
+    ci/gpu_check --wheels DIR         download the pure-Python wheels the device lacks
+                                      (BrainPy and its family) for Python 3.12, into DIR
+
+Phases, each in its own child process with its own time budget (``--budget`` in all,
+shared out by ``SHARES``), so that one hang costs only its phase:
+
+1. ``compile``: the steps chapter 6 compiles for a 1-device H200 target, compiled again
+   on the device; collectives, argument, output and temporary bytes beside the
+   prediction.  Differences are reported, not hidden: XLA autotunes only with a device.
+2. ``memory``: ``memory_analysis()`` against the device's ``memory_stats()`` peak, for
+   the RNN training step and the COBA-HH loop at three sizes each, run in ascending
+   order of their predicted bytes (the peak is a high-water mark: a row whose peak did
+   not rise is marked ``masked``).
+3. ``timing``: COBA-HH with the push delivery and the index matrix, side by side and
+   interleaved (``coba.timing.time_steps``), at 4,200, 120,000 and 1,000,000 neurons and
+   larger while the budget lasts, events per step beside every time, compile time apart;
+   10 s of simulated time at 120,000 neurons beside BrainPy's published 42-54 s; the RNN
+   training step of chapters 2 and 3.
+4. ``notebooks``: the notebooks (``--notebooks``; on a GPU by default all of
+   ``book/``), each run as a script in a child with its own timeout, while the budget
+   lasts.
+
+The file records the device, driver, versions (and how they differ from the book's
+pins), commit, date and command beside every figure; ``shardbook.gpudata.validate``
+checks it before it is written.
+
+On the lent H200 (no package index; Python 3.12, JAX 0.11.2 with CUDA 13): carry the
+wheels made by ``--wheels .whl`` and run::
+
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
+    PYTHONPATH=/tmp/site:$PWD ci/gpu_check --commit <hash> --out $OUT
+
+and commit the ``gpu_h200.json`` that comes back into ``book/data/``.  That JAX is not
+the book's pin (0.10.2, CUDA 12): the file records the mismatch.  JAX 0.11 is not on
+the package index this book is built from, so the dry run checks the same code with
+the pinned JAX 0.10.2 only; a step that the device's JAX breaks costs only its own
+row (``errors`` in the file).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from shardbook import book  # noqa: E402  (imports neither JAX nor BrainPy)
+
+SCRIPT = Path(__file__).resolve()
+BUDGET_S = 480                    # 8 minutes on one H200, everything included
+BUILDERS = "shardbook.gputarget_steps:"   # chapter 6's step builders
+SHARES = {"compile": 0.22, "memory": 0.16, "timing": 0.40, "notebooks": 0.22}
+PUBLISHED_10S = (42.0, 54.0)      # BrainPy ICLR 2024 reproducibility data, one GPU
+PUBLISHED_SOURCE = ("BrainPy ICLR 2024 reproducibility data: COBA-HH, 10 s simulated, "
+                    "one GPU, about 42-54 s, nearly flat in size")
+# The wheels the device lacks (its KINDS.md lists JAX, numpy, numba, optax, msgpack,
+# scipy, matplotlib, tqdm, opt-einsum, typing-extensions): BrainPy 2.8.2's family and
+# saiunit's array_api_compat, at requirements.txt's versions; about 7 MB, all
+# pure-Python (py3-none-any), well inside the 64 MiB that travels.
+WHEELS = ("brainpy", "brainpy_state", "brainstate", "brainevent", "brainunit",
+          "braintools", "saiunit", "array_api_compat")
+VERSIONS = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt",
+            "jax-cuda12-plugin", "brainpy", "brainpy_state", "brainstate",
+            "brainevent", "brainunit", "braintools", "numpy", "numba", "optax",
+            "orbax-checkpoint")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux1_x86_64")
+
+
+# ------------------------------------------------------------------- what is measured
+def sizes(dry: bool) -> dict:
+    """Every size the check uses; ``dry``: tiny ones, for the CPU."""
+    if dry:   # one of each kind of step: a BrainPy RNN, plain JAX, COBA-HH at size
+        tiny = dict(B=4, T=4, I=4, H=8, O=2)
+        return dict(
+            compile={"dp": ("rnn_data_parallel", dict(tiny)),
+                     "fsdp": ("fsdp_mlp", dict(B=8, D=16, layers=2)),
+                     "coba_1_gpu": ("coba_hh", dict(neurons=8400, steps=10))},
+            memory_rnn=[dict(tiny)], memory_coba=[0.2], memory_steps=10,
+            timing_neurons=[840], timing_steps=20, warmup=20, repeats=2,
+            ten_s=dict(neurons=840, chunk=20, chunks=2),
+            rnn=[("ch2", dict(tiny))], rnn_repeats=2)
+    return dict(
+        compile=None,           # the prediction file's jobs, exactly
+        memory_rnn=[dict(B=840, T=50, I=4, H=h, O=2) for h in (32, 1024, 4096)],
+        memory_coba=[1, 24, 240], memory_steps=100,
+        timing_neurons=[4200, 120_000, 1_000_000, 4_000_000, 16_000_000],
+        timing_steps=500, warmup=1000, repeats=3,
+        ten_s=dict(neurons=120_000, chunk=10_000, chunks=10),
+        rnn=[("ch2", None), ("ch3", None)], rnn_repeats=5)
+
+
+def prediction_jobs() -> dict:
+    """Chapter 6's steps for one H200: its sizes for one device, and the largest COBA-HH
+    that chapter 4's ledger says fits in 75 % of 141 GB (chapter 6's ``N1``)."""
+    coba = book.coba
+    n1 = book.memory.largest_fitting(lambda n: coba.fit_bytes_per_device(n, 1),
+                                     0.75 * 141e9, step=4200)
+    return {"dp": ("rnn_data_parallel", {}), "hidden": ("rnn_hidden", {}),
+            "hidden_2d": ("rnn_hidden", {"two_d": True}), "fsdp": ("fsdp_mlp", {}),
+            "coba": ("coba_hh", {}), "coba_1_gpu": ("coba_hh", {"neurons": n1})}
+
+
+def summary(prog) -> dict:
+    """What the comparison reads of a compiled program."""
+    mem = prog.memory or {}
+    out = {k: int(mem.get(k, 0)) for k in ("arguments", "outputs", "aliased",
+                                            "temporaries", "total")}
+    out["collectives"] = len(prog.collectives)
+    out["ops"] = dict(prog.counts())
+    out["compile_s"] = prog.meta.get("compile_s")
+    return out
+
+
+# ------------------------------------------------------------------------ provenance
+def git(*args) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=20)
+        return done.stdout.strip() if done.returncode == 0 else None
+    except Exception:
+        return None
+
+
+def pins() -> dict:
+    out = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if "==" in line and not line.lstrip().startswith("#"):
+            name, ver = line.split(";")[0].strip().split("==")
+            out[name.lower().replace("_", "-")] = ver.strip()
+    return out
+
+
+def provenance(command: str, commit: str | None) -> dict:
+    """Device, driver, versions and their mismatch with the book's pins (needs JAX)."""
+    import platform as _platform
+
+    import jax
+
+    dev = jax.devices()[0]
+    versions = {p: book.provenance.version(p) for p in VERSIONS}
+    versions["python"] = _platform.python_version()
+    pinned = pins()
+    mismatch = {p: {"pinned": pinned[p.lower().replace("_", "-")], "found": v}
+                for p, v in versions.items()
+                if p.lower().replace("_", "-") in pinned
+                and v != pinned[p.lower().replace("_", "-")]}
+    dirty = git("status", "--porcelain")
+    return dict(device_kind=dev.device_kind, device_count=len(jax.devices()),
+                platform=dev.platform, driver=book.provenance.gpu_driver(),
+                versions=versions, pins={p: pinned.get(p.lower().replace("_", "-"))
+                                         for p in versions},
+                mismatch=mismatch, commit=commit or git("rev-parse", "HEAD"),
+                dirty=None if dirty is None else bool(dirty),
+                date=book.provenance.provenance(command)["date"], command=command,
+                python=sys.version.split()[0])
+
+
+# ------------------------------------------------------------------------ the phases
+def _mem_row(model, size, compiled, run, ledger=None) -> dict:
+    """Run ``run()`` once; the device's peak beside ``memory_analysis()``."""
+    import jax
+
+    analysis = book.memory.compiled_memory(compiled)
+    dev = jax.devices()[0]
+    before = dev.memory_stats() or {}
+    high = before.get("peak_bytes_in_use", 0)
+    run()
+    after = dev.memory_stats() or {}
+    peak = after.get("peak_bytes_in_use")
+    in_use = before.get("bytes_in_use")
+    measured = None if peak is None else peak - in_use + analysis["arguments"]
+    return dict(model=model, size=size, analysis=analysis, ledger=ledger,
+                bytes_in_use_before=in_use, peak_bytes_in_use=peak,
+                measured=measured, masked=None if peak is None else peak <= high,
+                ratio=None if not measured else measured / analysis["total"])
+
+
+def attempt(errors: list, what: str, fn):
+    """``fn()``, or None with the error kept in ``errors``: one failing step (a JAX
+    that BrainPy does not know, an overflow at one size) costs only its own row."""
+    try:
+        return fn()
+    except Exception as e:
+        errors.append(dict(what=what, error=f"{type(e).__name__}: {e}"[:600]))
+        print(f"[error] {what}: {errors[-1]['error']}", file=sys.stderr, flush=True)
+        return None
+
+
+def phase_compile(cfg: dict) -> dict:
+    """Compile chapter 6's 1-device steps here, beside the prediction."""
+    pred, progs = cfg["prediction"], {}
+    if pred is None:    # the dry run: its own CPU compiles, written as a prediction
+        jobs = sizes(True)["compile"]
+        progs = dict(zip(jobs, compile_here(jobs)))
+        pred = prediction(jobs, list(progs.values()), "1 x CPU (dry run: this process)")
+    book.gpudata.validate_prediction(pred)
+    rows, errors = [], []
+    for name, job in pred["jobs"].items():
+        prog = progs.get(name) or attempt(
+            errors, f"compile {name}",
+            lambda job=job: compile_here({"": (job["builder"], job["kwargs"])})[0])
+        if prog is None:
+            continue
+        got, want = summary(prog), job
+        diff = {k: got[k] - want["memory"][k]
+                for k in ("arguments", "outputs", "temporaries", "total")}
+        diff["collectives"] = got["collectives"] - want["collectives"]
+        rows.append(dict(name=name, builder=job["builder"], kwargs=job["kwargs"],
+                         predicted=dict(want["memory"],
+                                        collectives=want["collectives"]),
+                         measured={k: v for k, v in got.items() if k != "ops"},
+                         ops=got["ops"], diff=diff,
+                         exact=diff["arguments"] == 0 and diff["outputs"] == 0))
+        print(f"[compile] {name}: collectives {got['collectives']} "
+              f"(predicted {want['collectives']}), "
+              f"temporaries {got['temporaries']:,} B "
+              f"(predicted {want['memory']['temporaries']:,})", flush=True)
+    return dict(rows=rows, predicted_on=pred["provenance"], errors=errors)
+
+
+def phase_memory(cfg: dict) -> dict:
+    import jax
+
+    import brainpy.math as bm
+
+    s = sizes(cfg["dry"])
+    dev = jax.devices()[0]
+    rnn, coba = book.rnn, book.coba
+    todo, errors = [], []
+
+    def rnn_item(sz):
+        with bm.sharding.device_mesh([dev], ["batch"]):
+            model = rnn.RNN(sz["I"], sz["H"], sz["O"], sz["B"])
+        step = rnn.make_train_step(model)
+        xs, ys = rnn.make_task(sz["B"], sz["T"], sz["I"], sz["O"])
+        compiled = step.lower(xs, ys).compile()
+        return ("rnn.train_step", sz, compiled,
+                lambda: jax.block_until_ready(step(xs, ys)), None)
+
+    def coba_item(scale):
+        net = coba.build([dev], scale=scale, conn="index")
+        sim = coba.Simulation(net, record=("count",))
+        steps = s["memory_steps"]
+        compiled = sim.compile(steps)
+        n = sum(coba.sizes(scale))
+        return ("coba.loop", dict(neurons=n, steps=steps, conn="index"), compiled,
+                lambda: sim.run(steps), float(coba.fit_bytes_per_device(n, 1)))
+
+    for sz in s["memory_rnn"]:
+        todo.append(attempt(errors, f"memory rnn {sz}", lambda sz=sz: rnn_item(sz)))
+    for scale in s["memory_coba"]:
+        todo.append(attempt(errors, f"memory coba scale {scale}",
+                            lambda sc=scale: coba_item(sc)))
+    todo = [t for t in todo if t is not None]
+    todo.sort(key=lambda t: book.memory.compiled_memory(t[2])["total"])
+    rows = []
+    for model, size, compiled, run, ledger in todo:
+        row = attempt(errors, f"memory {model} {size}",
+                      lambda: _mem_row(model, size, compiled, run, ledger))
+        if row is None:
+            continue
+        rows.append(row)
+        r = rows[-1]
+        print(f"[memory] {model} {size}: analysis {r['analysis']['total']:,} B, "
+              f"peak {r['peak_bytes_in_use']}", flush=True)
+    return dict(rows=rows, errors=errors)
+
+
+def _median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def phase_timing(cfg: dict) -> dict:
+    import jax
+    import numpy as np
+
+    import brainpy.math as bm
+
+    s, deadline = sizes(cfg["dry"]), time.monotonic() + cfg["budget_s"]
+    dev = jax.devices()[0]
+    coba = book.coba
+    out = {"coba": [], "coba_10s": None, "rnn": [], "skipped": [], "errors": []}
+
+    def split(n):
+        e = round(0.8 * n)
+        return (e, n - e)
+
+    def rnn_timing(chapter, given):
+        c = given or book.config(chapter, 1).asdict()
+        axis = "batch" if chapter == "ch2" else "hidden"
+        with bm.sharding.device_mesh([dev], [axis]):
+            model = book.rnn.RNN(c["I"], c["H"], c["O"], c["B"])
+        step = book.rnn.make_train_step(model, lr=c.get("lr", 1e-3))
+        xs, ys = book.rnn.make_task(c["B"], c["T"], c["I"], c["O"])
+        t0 = time.perf_counter()
+        jax.block_until_ready(step(xs, ys))        # compile and one step
+        first = time.perf_counter() - t0
+        samples = book.coba.timing.interleave(
+            {"step": lambda: jax.block_until_ready(step(xs, ys))},
+            repeats=s["rnn_repeats"])["step"]
+        med = _median(samples)
+        out["rnn"].append(dict(chapter=chapter, sizes={k: c[k] for k in "BTIHO"},
+                               seconds_per_step=med, samples=samples,
+                               compile_s=first - med,
+                               sequences_per_step=c["B"], time_steps=c["T"]))
+        print(f"[timing] RNN {chapter}: {med * 1e3:.3f} ms wall per training step",
+              flush=True)
+
+    def ten_seconds(ten):
+        # 10 s of simulated time at 120,000 neurons (the push delivery), vs BrainPy's
+        left = deadline - time.monotonic()
+        net = coba.build([dev], sizes=split(ten["neurons"]), conn="push")
+        sim = coba.Simulation(net, record=("count",))
+        degrees = coba.timing.out_degrees(net)
+        compile_s = time.perf_counter()
+        sim.compile(ten["chunk"])
+        compile_s = time.perf_counter() - compile_s
+        run_s, chunks = 0.0, 0
+        for _ in range(ten["chunks"]):
+            _, dt = sim.timed_run(ten["chunk"])
+            run_s, chunks = run_s + dt, chunks + 1
+            if time.monotonic() + 2 * dt > deadline - 0.5 * cfg["budget_s"]:
+                break       # keep half the budget for the sizes below
+        counts = {p: np.asarray(c.value, np.int64) for p, c in sim.counts.items()}
+        steps = chunks * ten["chunk"]
+        events = sum(float(counts[p] @ degrees[p]) for p in counts) / steps
+        simulated_s = steps * coba.DT * 1e-3
+        spikes = sum(int(v.sum()) for v in counts.values())
+        out["coba_10s"] = dict(
+            neurons=ten["neurons"], conn="push", simulated_s=simulated_s, run_s=run_s,
+            compile_s=compile_s, events_per_step=events,
+            rate_hz=spikes / ten["neurons"] / simulated_s,
+            s_per_sim_s=run_s / simulated_s, complete=chunks == ten["chunks"],
+            budget_left_s=left, published_s=list(PUBLISHED_10S),
+            published_source=PUBLISHED_SOURCE)
+        del net, sim
+        print(f"[timing] {ten['neurons']:,} neurons, {simulated_s:g} s simulated: "
+              f"{run_s:.1f} s wall (compile {compile_s:.1f} s)", flush=True)
+
+    # the RNN training step of chapters 2 and 3, one device
+    for chapter, given in s["rnn"]:
+        attempt(out["errors"], f"timing rnn {chapter}",
+                lambda ch=chapter, g=given: rnn_timing(ch, g))
+    progress("timing", out)
+    attempt(out["errors"], "timing 10 s", lambda: ten_seconds(s["ten_s"]))
+    progress("timing", out)
+
+    # push vs index, side by side, growing while the budget lasts
+    last = None      # (neurons, seconds) of the last size
+    for n in s["timing_neurons"]:
+        left = deadline - time.monotonic()
+        guess = None if last is None else last[1] * n / last[0]
+        if guess is not None and guess > left - 10:
+            out["skipped"].append(dict(neurons=n, why=f"budget: {left:.0f} s left, "
+                                                      f"about {guess:.0f} s needed"))
+            continue
+        t0 = time.perf_counter()
+        try:
+            res = coba.timing.time_steps(
+                {"push": dict(conn="push"), "index": dict(conn="index")},
+                steps=s["timing_steps"], warmup=s["warmup"], repeats=s["repeats"],
+                devices=[dev], sizes=split(n))
+        except Exception as e:   # e.g. a delivery overflow at this size: say so
+            out["errors"].append(dict(what=f"timing {n:,} neurons",
+                                      error=f"{type(e).__name__}: {e}"[:600]))
+            continue
+        for name, t in res.items():
+            row = t.asdict()
+            row.update(neurons=n, conn=name, compile_s=t.extra["compile_s"],
+                       rate_hz=t.extra["rate_hz"])
+            out["coba"].append(row)
+            print(f"[timing] {n:,} neurons {t.line()}", flush=True)
+        last = (n, time.perf_counter() - t0)
+        progress("timing", out)
+    return out
+
+
+def _no_magic(line: str) -> str:
+    """An IPython magic (``%pip``, ``!ls``) as a ``pass`` at its own indentation."""
+    body = line.lstrip()
+    if body.startswith(("%", "!")):
+        return line[:len(line) - len(body)] + "pass  # " + body
+    return line
+
+
+def phase_notebook(cfg: dict) -> dict:
+    """Run one notebook's code cells as a script (no Jupyter on the device)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    nb = json.loads(Path(cfg["path"]).read_text())
+    scope = {"__name__": "__main__", "display": print}
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    for i, cell in enumerate(cells):
+        src = "".join(cell["source"])
+        src = "\n".join(_no_magic(ln) for ln in src.splitlines())
+        try:
+            exec(compile(src, f"{cfg['path']}[{i}]", "exec"), scope)
+        except Exception:
+            if "raises-exception" not in cell.get("metadata", {}).get("tags", []):
+                raise
+    return dict(cells=len(cells))
+
+
+PHASE_FUNCTIONS = {"compile": phase_compile, "memory": phase_memory,
+                   "timing": phase_timing, "notebook": phase_notebook}
+
+
+_ANSWER: dict = {}
+
+
+def progress(phase: str, result) -> None:
+    """Answer what ``phase`` has so far: if the child is stopped at its timeout, the
+    parent keeps it (the last answer line wins), marked as cut short."""
+    _ANSWER["phases"][phase] = dict(result=result, record=dict(partial=True))
+    book.child.answer(_ANSWER)
+
+
+def child_main(phases: str) -> int:
+    """A child: run ``phases`` (comma-separated) in turn, each caught apart; answer with
+    each one's result and record, and the provenance of this process."""
+    cfg = json.loads(sys.stdin.read())
+    names = phases.split(",")
+    _ANSWER.update(phases={})
+    if names != ["notebook"]:
+        _ANSWER["provenance"] = provenance(cfg["command"], cfg["commit"])
+    for name in names:
+        t0 = time.monotonic()
+        record = dict(budget_s=round(cfg["budgets"][name], 1), status="ok")
+        result = None
+        try:
+            result = PHASE_FUNCTIONS[name](dict(cfg, budget_s=cfg["budgets"][name]))
+        except Exception:
+            record.update(status="error", error=traceback.format_exc()[-2000:])
+            print(record["error"], file=sys.stderr, flush=True)
+        record["wall_s"] = round(time.monotonic() - t0, 2)
+        _ANSWER["phases"][name] = dict(result=result, record=record)
+        book.child.answer(_ANSWER)
+    return 0
+
+
+# ------------------------------------------------------------------------ the parent
+def run_child(phases: tuple, cfg: dict, budgets: dict, dry: bool) -> tuple[dict, dict]:
+    """Run ``phases`` in one child, its timeout their budgets together:
+    ``({phase: result}, {phase: record})``; a phase the child never answered for gets
+    the child's error."""
+    extra = dict(JAX_PLATFORMS="cpu") if dry else {}
+    env = book.child.clean_env(extra, keep=("XLA_PYTHON_CLIENT_*",))
+    timeout = sum(budgets[p] for p in phases)
+    t0 = time.monotonic()
+    answer, failure = {}, None
+    proc = book.child.start(str(SCRIPT), "--child", ",".join(phases),
+                            input=json.dumps(dict(cfg, budgets=budgets)), env=env,
+                            timeout=timeout, name=f"gpu_check {'+'.join(phases)}")
+    try:
+        answer = proc.result()
+    except book.child.ChildError as e:
+        failure = ("timeout" if isinstance(e, book.child.ChildTimeout) else "error",
+                   str(e)[-2000:])
+        try:     # what the child answered before it was stopped
+            answer = book.child.read_answer(proc.stdout())
+        except (LookupError, ValueError, OSError):
+            answer = {}
+    wall = round(time.monotonic() - t0, 2)
+    results, records = {}, {}
+    for p in phases:
+        got = answer.get("phases", {}).get(p)
+        if got is None or got["record"].get("partial"):
+            status, error = failure or ("error", "the child did not report this phase")
+            records[p] = dict(budget_s=round(budgets[p], 1), status=status, error=error,
+                              wall_s=wall, partial=got is not None)
+            if got is not None:
+                results[p] = got["result"]
+        else:
+            results[p], records[p] = got["result"], got["record"]
+        print(f"[{p}] {records[p]['status']} in {records[p]['wall_s']:.1f} s "
+              f"(budget {budgets[p]:.0f} s)", flush=True)
+        if records[p]["status"] != "ok":
+            print(records[p]["error"], file=sys.stderr)
+    if "provenance" in answer:
+        results["provenance"] = answer["provenance"]
+    return results, records
+
+
+GROUPS = (("compile", "memory"), ("timing",))   # phases that share a child
+
+
+def gather(args) -> dict:
+    """Run every phase; the data file's content."""
+    dry, t_start = args.dry_run, time.monotonic()
+    command = " ".join(["ci/gpu_check", *sys.argv[1:]])
+    pred = None
+    if not dry:
+        pred = book.gpudata.load_prediction("h200")
+        if pred is None:
+            raise SystemExit("book/data/gpu_target_h200.json is missing: run "
+                             "ci/gpu_check --predict on the CPU first")
+    base = dict(dry=dry, command=command, commit=args.commit, prediction=pred)
+    data = dict(schema=book.gpudata.SCHEMA, dry_run=dry, phases={}, compile=[],
+                memory=[], timing={"coba": [], "coba_10s": None, "rnn": []},
+                notebooks=[], budget_s=args.budget, errors={})
+    budgets = {p: share * args.budget for p, share in SHARES.items()}
+    provs = []
+    for group in GROUPS:
+        results, records = run_child(group, base, budgets, dry)
+        data["phases"].update(records)
+        if "provenance" in results:
+            provs.append(results.pop("provenance"))
+        if results.get("compile"):
+            data["compile"] = results["compile"]["rows"]
+            data["predicted_on"] = results["compile"]["predicted_on"]
+            data["errors"]["compile"] = results["compile"]["errors"]
+        if results.get("memory"):
+            data["memory"] = results["memory"]["rows"]
+            data["errors"]["memory"] = results["memory"]["errors"]
+        if results.get("timing"):
+            data["timing"] = {k: results["timing"][k]
+                              for k in ("coba", "coba_10s", "rnn", "skipped",
+                                        "errors")}
+    # the notebooks, each with its own timeout, while the budget lasts
+    nb_t0 = time.monotonic()
+    left = args.budget - (nb_t0 - t_start)
+    notebooks = args.notebooks
+    if notebooks is None:
+        notebooks = [] if dry else [str(p.relative_to(ROOT))
+                                    for p in sorted((ROOT / "book").glob("*.ipynb"))]
+    for path in notebooks:
+        left = args.budget - (time.monotonic() - t_start)
+        timeout = min(args.notebook_timeout, left)
+        if timeout < 20:
+            data["notebooks"].append(dict(path=path, status="skipped", wall_s=0.0,
+                                          timeout_s=0.0, why="budget"))
+            continue
+        _, recs = run_child(("notebook",), dict(base, path=path),
+                            {"notebook": timeout}, dry)
+        rec = recs["notebook"]
+        data["notebooks"].append(dict(path=path, status=rec["status"],
+                                      wall_s=rec["wall_s"], timeout_s=round(timeout, 1),
+                                      **({"error": rec["error"][-600:]}
+                                         if "error" in rec else {})))
+    bad = [f"{n['path']}: {n['status']}" for n in data["notebooks"]
+           if n["status"] not in ("ok", "skipped")]
+    nb_status = "skipped" if not notebooks else "error" if bad else "ok"
+    data["phases"]["notebooks"] = dict(
+        budget_s=round(max(left, 0), 1), wall_s=round(time.monotonic() - nb_t0, 2),
+        status=nb_status, **({"error": "; ".join(bad)} if bad else {}))
+    if not provs:
+        raise SystemExit("no phase ran far enough to record its provenance")
+    data["provenance"] = provs[0]
+    data["wall_s"] = round(time.monotonic() - t_start, 2)
+    return data
+
+
+def compile_here(jobs: dict) -> list:
+    """``jobs`` compiled on this process's first device: one Program each."""
+    return [book.gputarget.compile_here(BUILDERS + b, devices=1, **kw)
+            for b, kw in jobs.values()]
+
+
+def predict(jobs: dict, target: str = "h200") -> dict:
+    """``jobs`` compiled for a 1-device GPU ``target`` without a GPU (in the GPU-target
+    child): the prediction file's content."""
+    progs = book.gputarget.compile_jobs(
+        [dict(builder=BUILDERS + b, kwargs=kw, target=target, devices=1)
+         for b, kw in jobs.values()], timeout=1500)
+    out = prediction(jobs, progs, progs[0].meta.get("target"))
+    out["provenance"]["gpu_target_pins"] = list(book.gputarget.PINS)
+    return out
+
+
+def prediction(jobs: dict, progs: list, description: str, target: str = "h200") -> dict:
+    """The prediction file's content: what each of ``progs`` (``jobs`` compiled)
+    holds."""
+    prov = dict(command=" ".join(["ci/gpu_check", *sys.argv[1:]]),
+                commit=git("rev-parse", "HEAD"),
+                date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                versions={p: book.provenance.version(p) for p in VERSIONS})
+    out = dict(schema=book.gpudata.PREDICTION_SCHEMA, target=target, devices=1,
+               description=description, provenance=prov, jobs={})
+    for name, (builder, kwargs), prog in zip(jobs, jobs.values(), progs):
+        got = summary(prog)
+        out["jobs"][name] = dict(builder=builder, kwargs=kwargs,
+                                 collectives=got["collectives"], ops=got["ops"],
+                                 compile_s=got["compile_s"],
+                                 memory={k: got[k] for k in ("arguments", "outputs",
+                                                             "aliased", "temporaries",
+                                                             "total")})
+    return out
+
+
+def wheels(folder: Path) -> int:
+    """``pip download`` the device's missing wheels, pinned as the book pins them."""
+    pinned = pins()
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--python-version", "3.12", "--implementation", "cp", "-d", str(folder)]
+    for p in PLATFORMS:
+        cmd += ["--platform", p]
+    cmd += [f"{w}=={pinned[w.replace('_', '-')]}" for w in WHEELS]
+    print(" ".join(cmd), flush=True)
+    return subprocess.run(cmd).returncode
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dry-run", action="store_true",
+                    help="the same code path on the CPU, tiny sizes, not book/data")
+    ap.add_argument("--predict", action="store_true",
+                    help="write book/data/gpu_target_h200.json (a GPU-target compile)")
+    ap.add_argument("--wheels", type=Path, metavar="DIR",
+                    help="download the device's missing wheels into DIR, then stop")
+    ap.add_argument("--out", type=Path, help="folder of the data file")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds in all")
+    ap.add_argument("--notebooks", nargs="*", default=None,
+                    help="notebooks to run (default: all on a GPU, none in a dry run)")
+    ap.add_argument("--notebook-timeout", type=float, default=120)
+    ap.add_argument("--commit", help="the commit, where the tree has no .git")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child_main(args.child)
+    if args.wheels:
+        return wheels(args.wheels)
+    if args.predict:
+        jobs = prediction_jobs()
+        data = book.gpudata.validate_prediction(predict(jobs, "h200"))
+        path = (args.out or book.gpudata.DATA_DIR) / "gpu_target_h200.json"
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {path}")
+        return 0
+    out = args.out or (Path(tempfile.mkdtemp(prefix="gpu_check_")) if args.dry_run
+                       else book.gpudata.DATA_DIR)
+    data = gather(args)
+    slug = book.gpudata.device_slug(data["provenance"]["device_kind"]
+                                    if not args.dry_run else "cpu")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"gpu_{slug}.json"
+    try:
+        book.gpudata.validate(data)
+    except book.gpudata.GpuDataError:
+        bad = path.with_suffix(".rejected.json")
+        bad.write_text(json.dumps(data, indent=1, default=str) + "\n")
+        print(f"the data failed validation; kept in {bad}", file=sys.stderr)
+        traceback.print_exc()
+        return 1
+    path.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    failed = [p for p, r in data["phases"].items()
+              if r["status"] in ("error", "timeout")]
+    print(f"wrote {path} in {data['wall_s']:.0f} s"
+          + (f"; phases that failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The real-GPU data file that ``ci/gpu_check`` writes, and the book's one reader of it.
+
+A GPU figure exists only in a file a GPU run wrote: ``book/data/gpu_<device>.json``
+(``gpu_h200.json`` for an H200).  Beside it, ``book/data/gpu_target_h200.json`` holds
+what a CPU run predicted for the same steps by compiling for a 1-device H200 target
+without a GPU (``ci/gpu_check --predict``).
+
+* :func:`validate` checks a data file's structure and refuses what would be a fake:
+  a file that claims a GPU but was written on a CPU, a time without its events per
+  step or its compile time, a phase that is neither done nor said to have failed;
+* :func:`load` returns a device's validated file, or ``None`` when no GPU run exists
+  (a dry run's file is never loaded from ``book/data/``);
+* :func:`note` renders the one line the chapters print: where the figures were
+  measured, or that no real-GPU measurement exists yet.
+
+This module imports neither JAX nor BrainPy.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+__all__ = ["SCHEMA", "PREDICTION_SCHEMA", "DATA_DIR", "GpuDataError", "device_slug",
+           "path_for", "validate", "validate_prediction", "load", "load_prediction",
+           "note", "gpu_data", "gpu_note", "compile_lines", "record_lines", "PHASES",
+           "STATUSES"]
+
+SCHEMA = "shardbook.gpu-check/1"
+PREDICTION_SCHEMA = "shardbook.gpu-target-prediction/1"
+DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
+PHASES = ("compile", "memory", "timing", "notebooks")
+STATUSES = ("ok", "error", "timeout", "skipped")
+NO_DATA = "no real-GPU measurement exists yet: run ci/gpu_check on a GPU"
+
+_PROVENANCE = ("device_kind", "device_count", "platform", "driver", "versions", "pins",
+               "mismatch", "commit", "date", "command")
+_MEMORY_ITEMS = ("arguments", "outputs", "temporaries", "total")
+_TIMING = ("neurons", "conn", "seconds_per_step", "events_per_step", "compile_s")
+
+
+class GpuDataError(ValueError):
+    """A GPU data file is malformed, or claims what its run could not have measured."""
+
+
+def device_slug(device_kind: str) -> str:
+    """``'NVIDIA H200'`` -> ``'h200'``; ``'cpu'`` -> ``'cpu'``: the file name's part."""
+    slug = re.sub(r"^nvidia\s+", "", device_kind.strip().lower())
+    return re.sub(r"[^a-z0-9]+", "_", slug).strip("_") or "unknown"
+
+
+def path_for(device: str = "h200", root=None) -> Path:
+    """``book/data/gpu_<device>.json``."""
+    folder = Path(root if root is not None else DATA_DIR)
+    return folder / f"gpu_{device_slug(device)}.json"
+
+
+def _need(obj, keys, where, missing):
+    if not isinstance(obj, dict):
+        missing.append(f"{where} (not an object)")
+        return
+    missing += [f"{where}.{k}" for k in keys if k not in obj]
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def validate(data: dict) -> dict:
+    """Check a ``ci/gpu_check`` data file; return it, or raise :class:`GpuDataError`
+    naming every problem."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise GpuDataError(f"not a {SCHEMA} file (schema={got!r})")
+    bad: list[str] = []
+    _need(data, ("dry_run", "provenance", "phases", "compile", "memory", "timing",
+                 "notebooks"), "file", bad)
+    prov = data.get("provenance", {})
+    _need(prov, _PROVENANCE, "provenance", bad)
+    for pkg in ("jax", "jaxlib", "brainpy", "brainstate", "brainevent", "python"):
+        if pkg not in prov.get("versions", {}):
+            bad.append(f"provenance.versions.{pkg}")
+    dry = data.get("dry_run")
+    if not isinstance(dry, bool):
+        bad.append("dry_run (not true or false)")
+    elif not dry and prov.get("platform") != "gpu":
+        bad.append(f"a GPU file written on platform {prov.get('platform')!r}: "
+                   "a GPU figure exists only where a GPU run wrote it")
+    phases = data.get("phases", {})
+    for name in PHASES:
+        ph = phases.get(name)
+        if not isinstance(ph, dict):
+            bad.append(f"phases.{name}")
+            continue
+        if ph.get("status") not in STATUSES:
+            bad.append(f"phases.{name}.status={ph.get('status')!r} (one of {STATUSES})")
+        if ph.get("status") in ("error", "timeout") and not ph.get("error"):
+            bad.append(f"phases.{name}: {ph.get('status')} without its error")
+        for key in ("budget_s", "wall_s"):
+            if not _number(ph.get(key)):
+                bad.append(f"phases.{name}.{key}")
+    for i, row in enumerate(data.get("compile", [])):
+        _need(row, ("name", "builder", "kwargs", "predicted", "measured", "diff"),
+              f"compile[{i}]", bad)
+        for side in ("predicted", "measured"):
+            _need(row.get(side, {}), (*_MEMORY_ITEMS, "collectives"),
+                  f"compile[{i}].{side}", bad)
+    for i, row in enumerate(data.get("memory", [])):
+        _need(row, ("model", "size", "analysis", "peak_bytes_in_use",
+                    "bytes_in_use_before", "measured", "ratio"), f"memory[{i}]", bad)
+        _need(row.get("analysis", {}), _MEMORY_ITEMS, f"memory[{i}].analysis", bad)
+    timing = data.get("timing", {})
+    _need(timing, ("coba", "coba_10s", "rnn"), "timing", bad)
+    for i, row in enumerate(timing.get("coba", []) or []):
+        _need(row, _TIMING, f"timing.coba[{i}]", bad)
+        if _number(row.get("events_per_step")) and row["events_per_step"] <= 0:
+            bad.append(f"timing.coba[{i}]: a silent window (no events) times nothing")
+    ten = timing.get("coba_10s")
+    if ten is not None:
+        _need(ten, ("neurons", "conn", "simulated_s", "run_s", "compile_s",
+                    "events_per_step", "published_s"), "timing.coba_10s", bad)
+    for i, row in enumerate(timing.get("rnn", []) or []):
+        _need(row, ("chapter", "sizes", "seconds_per_step", "compile_s"),
+              f"timing.rnn[{i}]", bad)
+    for i, row in enumerate(data.get("notebooks", [])):
+        _need(row, ("path", "status", "wall_s", "timeout_s"), f"notebooks[{i}]", bad)
+    if bad:
+        raise GpuDataError("GPU data file: " + "; ".join(bad))
+    return data
+
+
+def validate_prediction(data: dict) -> dict:
+    """Check the GPU-target prediction file (``ci/gpu_check --predict``)."""
+    if not isinstance(data, dict) or data.get("schema") != PREDICTION_SCHEMA:
+        raise GpuDataError(f"not a {PREDICTION_SCHEMA} file")
+    bad: list[str] = []
+    _need(data, ("target", "devices", "provenance", "jobs"), "file", bad)
+    _need(data.get("provenance", {}), ("versions", "date", "command", "commit"),
+          "provenance", bad)
+    for name, job in (data.get("jobs") or {}).items():
+        _need(job, ("builder", "kwargs", "collectives", "memory"), f"jobs.{name}", bad)
+        _need(job.get("memory", {}), _MEMORY_ITEMS, f"jobs.{name}.memory", bad)
+    if bad:
+        raise GpuDataError("prediction file: " + "; ".join(bad))
+    return data
+
+
+def load(device: str = "h200", root=None) -> dict | None:
+    """The validated data of the GPU run on ``device``, or ``None`` if there is none.
+
+    A dry run's file found in ``book/data/`` raises: it holds CPU figures."""
+    path = path_for(device, root)
+    if not path.exists():
+        return None
+    data = validate(json.loads(path.read_text()))
+    if data["dry_run"]:
+        raise GpuDataError(f"{path.name} is a dry run's file (CPU figures); "
+                           "it does not belong in book/data/")
+    return data
+
+
+def load_prediction(target: str = "h200", root=None) -> dict | None:
+    """The validated GPU-target prediction for ``target``, or ``None``."""
+    path = Path(root if root is not None else DATA_DIR) / f"gpu_target_{target}.json"
+    if not path.exists():
+        return None
+    return validate_prediction(json.loads(path.read_text()))
+
+
+def note(data: dict | None) -> str:
+    """One line: where the figures were measured, or that none exist yet."""
+    if data is None:
+        return NO_DATA
+    prov = data["provenance"]
+    commit = str(prov.get("commit") or "unknown commit")[:12]
+    return (f"measured on {prov['device_count']} x {prov['device_kind']} "
+            f"({prov['date'][:10]}, commit {commit})")
+
+
+def gpu_data(device: str = "h200") -> dict | None:
+    """``book.gpu_data()``: the GPU run's data for ``device`` from ``book/data/``, or
+    ``None`` when no GPU run has written one."""
+    return load(device)
+
+
+def gpu_note(device: str = "h200") -> str:
+    """``book.gpu_note()``: :func:`note` of :func:`gpu_data`."""
+    return note(load(device))
+
+
+def compile_lines(data: dict) -> list[str]:
+    """Chapter 6's 1-device steps: bytes compiled on the GPU beside the prediction."""
+    out = [f"{'step':<12}{'item':<13}{'predicted':>16}{'on the GPU':>16}{'diff':>14}"]
+    for row in data["compile"]:
+        for item in ("collectives", "arguments", "outputs", "temporaries"):
+            p, m = row["predicted"][item], row["measured"][item]
+            out.append(f"{row['name']:<12}{item:<13}{p:>16,}{m:>16,}{m - p:>+14,}")
+    return out
+
+
+def record_lines(data: dict | None) -> list[str]:
+    """The record page's section (Markdown): the note, and the GPU run's figures."""
+    said = note(data)
+    lines = ["## Real-GPU measurements", "", said[:1].upper() + said[1:] + "."]
+    if data is None:
+        return lines
+    prov = data["provenance"]
+    mism = ", ".join(f"{k} {v['found']} (pinned {v['pinned']})"
+                     for k, v in prov["mismatch"].items()) or "none"
+    lines += ["", f"Command: `{prov['command']}`; driver: {prov['driver']}; "
+              f"versions that differ from the book's pins: {mism}.", "",
+              "| neurons | delivery | us per step | events per step | compile (s) |",
+              "| ---: | --- | ---: | ---: | ---: |"]
+    for r in data["timing"].get("coba") or []:
+        if "seconds_per_step" in r:
+            lines.append(f"| {r['neurons']:,} | {r['conn']} | "
+                         f"{r['seconds_per_step'] * 1e6:,.1f} | "
+                         f"{r['events_per_step']:,.0f} | {r['compile_s']:.1f} |")
+    ten = data["timing"].get("coba_10s")
+    if ten:
+        lo, hi = ten["published_s"]
+        lines += ["", f"{ten['simulated_s']:g} s of simulated time at "
+                  f"{ten['neurons']:,} neurons ({ten['conn']} delivery): "
+                  f"{ten['run_s']:.1f} s of wall time, compile "
+                  f"{ten['compile_s']:.1f} s apart; BrainPy's published figure on "
+                  f"one GPU: {lo:g}-{hi:g} s."]
+    return lines
