@@ -48,6 +48,10 @@ def main() -> None:
     ap.add_argument("log", nargs="+", help="gap logs, oldest first")
     ap.add_argument("out")
     ap.add_argument("--command", default="./ci/margins")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the checks of OUT that these logs did not run (a subset "
+                         "of the notebooks was re-measured); drop those no notebook "
+                         "prints any more")
     args = ap.parse_args()
     checks: dict = {}
     rows = [json.loads(line) for log in args.log
@@ -67,6 +71,13 @@ def main() -> None:
         worst = c["runs"].get(key, 0.0)
         ratio = r["ratio"] if r["ratio"] is not None else float("inf")
         c["runs"][key] = max(worst, ratio)
+    kept: dict = {}
+    if args.update and Path(args.out).exists():
+        old = json.loads(Path(args.out).read_text())
+        kept = {k: c for k, c in old["checks"].items()
+                if k not in checks and k in stored}
+        for k, c in kept.items():
+            c["measured"] = old["provenance"].get("command", "")
     for c in checks.values():
         c["worst_ratio"] = max(c["runs"].values())
         c["margin"] = None if c["worst_ratio"] == 0 else round(1 / c["worst_ratio"], 1)
@@ -88,7 +99,7 @@ def main() -> None:
             versions=versions, command=args.command,
             date=datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds")),
-        checks=dict(sorted(checks.items())),
+        checks=dict(sorted({**kept, **checks}.items())),
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
