@@ -12,7 +12,7 @@ import notebooks as nbs
 from nbclient import NotebookClient
 
 path = Path(sys.argv[1])
-nb = nbformat.from_dict(nbs.load(path))
+nb = nbformat.reads(nbs.dumps(nbs.load(path)), as_version=4)   # sources as strings
 client = NotebookClient(nb, timeout=1800, kernel_name="python3",
                         resources={"metadata": {"path": str(path.parent)}})
 client.execute()
@@ -20,4 +20,4 @@ for cell in nb.cells:
     cell.metadata.pop("execution", None)
 nb.metadata.pop("widgets", None)
 nbformat.validate(nb)
-nbs.save(path, nb)
+nbformat.write(nb, str(path))   # sources as lists of lines, as nbformat writes them

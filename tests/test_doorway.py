@@ -74,8 +74,10 @@ def test_a_device_count_set_too_late_is_refused(monkeypatch):
 
 # ------------------------------------------------------------------ configurations
 SPLIT = {  # configuration -> {size: how many ways it is split on n devices}
-    "ch1": {"rows": lambda n: n, "batch": lambda n: n},
+    "ch1": {"rows": lambda n: n, "batch": lambda n: n, "time": lambda n: n,
+            "square": lambda n: n},
     "ch2": {"B": lambda n: n},
+    "ch2b": {"B": lambda n: n},
     "ch3": {"H": lambda n: n, "B": lambda n: book.mesh_shape_2d(n)[0]},
     "fsdp": {"B": lambda n: n, "D": lambda n: n},
     "ch4": {"exc": lambda n: n, "inh": lambda n: n},
