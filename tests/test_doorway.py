@@ -135,7 +135,7 @@ def test_no_notebook_cuts_source_by_string():
 
 
 NOT_YET_MIGRATED = {
-    "02-data-parallelism", "03-model-parallelism", "04-coba-hh-network",
+    "03-model-parallelism", "04-coba-hh-network",
     "05a-multi-process",
 }
 

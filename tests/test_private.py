@@ -33,7 +33,6 @@ PRIVATE_PATTERNS = [
 QUARANTINE = ROOT / "shardbook" / "private.py"
 # Notebooks not yet moved onto the doorway (shardbook.book); emptied when they are.
 NOT_YET_MIGRATED = {
-    "02-data-parallelism", "02b-cnn-recipe",
     "03-model-parallelism", "04-coba-hh-network", "05a-multi-process", "05b-checkpoints",
     "05c-troubleshooting", "06-two-compilers",
 }
