@@ -64,7 +64,7 @@ def _lesson_count() -> int:
 # Each chapter: a function of the device count n that returns its sizes.  Names follow
 # the chapters' prose: B batch, T time steps, I inputs, H hidden units, O outputs.
 def _ch1(n):
-    # time: exercise 1 splits it n ways; square: split over the 2-D mesh (rows x cols = n)
+    # time: exercise 1 splits it n ways; square: over the 2-D mesh (rows x cols = n)
     return dict(rows=divisible_size(16, n), cols=6, batch=divisible_size(840, n),
                 time=divisible_size(840, n), feature=3, square=divisible_size(840, n))
 

@@ -442,8 +442,9 @@ def check_fsdp_cpu(rep, D: int, layers: int):
 
 # ----------------------------------------------------------- chapters 1, 2 and 2b
 def matmul(target, split: str = "contraction", M: int = 64, K: int = 32, N: int = 48):
-    """Chapter 1: ``x @ W`` with the contraction dimension split (``split='contraction'``,
-    an all-reduce), or the columns of W split and Y wanted whole (``'gather'``)."""
+    """Chapter 1: ``x @ W`` with the contraction dimension split
+    (``split='contraction'``, an all-reduce), or the columns of W split and Y wanted
+    whole (``'gather'``, an all-gather)."""
     M, K, N = (divisible_size(s, target.n) for s in (M, K, N))
     mesh = target.mesh((target.n,), ("batch",))
     if split == "contraction":
@@ -452,7 +453,8 @@ def matmul(target, split: str = "contraction", M: int = 64, K: int = 32, N: int 
         specs, out = (P(), P(None, "batch")), NamedSharding(mesh, P())
     else:
         raise ValueError(f"split is 'contraction' or 'gather', not {split!r}")
-    args = (target.struct((M, K), _F32, specs[0]), target.struct((K, N), _F32, specs[1]))
+    args = (target.struct((M, K), _F32, specs[0]),
+            target.struct((K, N), _F32, specs[1]))
     return jax.jit(lambda a, b: a @ b, out_shardings=out), args
 
 
@@ -517,8 +519,9 @@ CNN_SHAPES = {"conv1.w": (3, 3, 1, 8), "conv1.b": (1, 1, 8), "conv2.w": (3, 3, 8
 
 def _lenet(p, x):
     def conv(x, w, b):
+        dims = ("NHWC", "HWIO", "NHWC")
         return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
-                                            dimension_numbers=("NHWC", "HWIO", "NHWC")) + b
+                                            dimension_numbers=dims) + b
 
     def pool(x):
         return jax.lax.reduce_window(x, 0., jax.lax.add, (1, 2, 2, 1), (1, 2, 2, 1),

@@ -5,7 +5,8 @@ from typing import Any, Sequence
 
 from .shards import as_jax
 
-__all__ = ["device_colors", "owner_map", "plot_axis_ownership", "round_bytes", "round_binary",
+__all__ = ["device_colors", "owner_map", "plot_axis_ownership", "round_bytes",
+           "round_binary",
            "byte_axis", "legend_outside", "plot_bytes_vs_devices"]
 
 
@@ -73,9 +74,11 @@ def plot_axis_ownership(x: Any, axis_labels: Sequence[str] | None = None, ax=Non
                 color, text = colors[k % len(colors)], ",".join(map(str, o))
             if len(blocks) == 1 and copied:
                 text = "whole, copies"
+            edge = "0.4" if color == (1.0, 1.0, 1.0) else "white"
             ax.barh(row, (stop - start) / n, left=start / n, color=color,
-                    edgecolor="0.4" if color == (1.0, 1.0, 1.0) else "white", hatch=hatch)
-            ax.text((start + stop) / 2 / n, row, text, ha="center", va="center", fontsize=8)
+                    edgecolor=edge, hatch=hatch)
+            ax.text((start + stop) / 2 / n, row, text, ha="center", va="center",
+                    fontsize=8)
     ax.set_yticks(range(arr.ndim), [f"{lab} ({arr.shape[i]})" for i, lab in enumerate(labels)])
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
@@ -141,8 +144,8 @@ def _binary_axis(ax, axis, lo, hi, label):
 
     import matplotlib.ticker as mticker
 
-    ticks = [4.0 ** k for k in range(math.floor(math.log(lo, 4)), math.ceil(math.log(hi, 4)) + 1)
-             if lo <= 4.0 ** k <= hi]
+    first, last = math.floor(math.log(lo, 4)), math.ceil(math.log(hi, 4))
+    ticks = [4.0 ** k for k in range(first, last + 1) if lo <= 4.0 ** k <= hi]
     if not ticks:
         ticks = [4.0 ** round(math.log(math.sqrt(lo * hi), 4))]
     target = ax.yaxis if axis == "y" else ax.xaxis
