@@ -64,8 +64,9 @@ def _lesson_count() -> int:
 # Each chapter: a function of the device count n that returns its sizes.  Names follow
 # the chapters' prose: B batch, T time steps, I inputs, H hidden units, O outputs.
 def _ch1(n):
-    return dict(rows=divisible_size(16, n), cols=6,
-                batch=divisible_size(840, n), time=840, feature=3, square=840)
+    # time: exercise 1 splits it n ways; square: over the 2-D mesh (rows x cols = n)
+    return dict(rows=divisible_size(16, n), cols=6, batch=divisible_size(840, n),
+                time=divisible_size(840, n), feature=3, square=divisible_size(840, n))
 
 
 def _ch2(n):      # data parallelism: the batch split n ways
@@ -121,9 +122,13 @@ def _ch4a(n):     # page 4a: the published forms at a small size, split n ways
                 form_steps=600, chunk_steps=1000, chunks=12)
 
 
+def _ch2b(n):     # page 2b: the LeNet on 8x8 digits, two batches of B per epoch
+    return dict(B=divisible_size(840, n), epochs=8, lr=2e-2)
+
+
 CHAPTERS = {"ch1": _ch1, "ch2": _ch2, "ch3": _ch3, "fsdp": _fsdp, "ch4": _ch4,
             "ch5a": _ch5a, "ch5b": _ch5b, "ch5c": _ch5c,
-            "ch4a": _ch4a}
+            "ch4a": _ch4a, "ch2b": _ch2b}
 
 
 def config(name: str, n: int | None = None) -> Config:

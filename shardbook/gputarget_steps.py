@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from .config import config
-from .devices import mesh_shape_2d
+from .devices import divisible_size, mesh_shape_2d
 from .rnn.sizes import grad_bytes
 
 __all__ = [  # ALL_GATHER_COMBINE_BYTES and check_*: compat, at the end
@@ -451,3 +451,130 @@ def sparse_index(target, N: int = 840, K: int = 84):
     idx = target.struct((N, K), jnp.int32, P("neuron", None))
     x = target.struct((N,), jnp.float32, P("neuron"))
     return jax.jit(step), (idx, x)
+
+
+# ----------------------------------------------------------- chapters 1, 2 and 2b
+def matmul(target, split: str = "contraction", M: int = 64, K: int = 32, N: int = 48):
+    """Chapter 1: ``x @ W`` with the contraction dimension split
+    (``split='contraction'``, an all-reduce), or the columns of W split and Y wanted
+    whole (``'gather'``, an all-gather)."""
+    M, K, N = (divisible_size(s, target.n) for s in (M, K, N))
+    mesh = target.mesh((target.n,), ("batch",))
+    if split == "contraction":
+        specs, out = (P(None, "batch"), P("batch", None)), None
+    elif split == "gather":
+        specs, out = (P(), P(None, "batch")), NamedSharding(mesh, P())
+    else:
+        raise ValueError(f"split is 'contraction' or 'gather', not {split!r}")
+    args = (target.struct((M, K), _F32, specs[0]),
+            target.struct((K, N), _F32, specs[1]))
+    return jax.jit(lambda a, b: a @ b, out_shardings=out), args
+
+
+def scan_over_time(target, batch=None, time=None, feature=None, hidden: int = 16):
+    """Chapter 1, exercise 1: a recurrence over inputs (batch, time, feature) that are
+    split along time."""
+    c = _sizes("ch1", target, dict(batch=batch, time=time, feature=feature))
+    batch, time, feature = c["batch"], c["time"], c["feature"]
+    target.mesh((target.n,), ("batch",))
+    w = jnp.full((feature, hidden), 0.1)
+
+    def recurrence(inputs):
+        def one_step(h, x_t):
+            h = jnp.tanh(x_t @ w + h)
+            return h, h.sum()
+        _, out = jax.lax.scan(one_step, jnp.zeros((batch, hidden)),
+                              jnp.swapaxes(inputs, 0, 1))
+        return out
+
+    return jax.jit(recurrence), (target.struct((batch, time, feature), _F32,
+                                               P(None, "batch")),)
+
+
+def rnn_dp_shard_map(target, B=None, T=None, I=None, H=None, O=None, lr=None):
+    """Chapter 2: the data-parallel RNN step written by hand: each device's loss sum and
+    gradient over its samples, ONE ``psum`` of both, then Adam (pure JAX: the notebook
+    runs the same model through BrainPy; the collectives are the same)."""
+    from .rnn.pure import adam_update, loss
+
+    c = _sizes("ch2", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
+    mesh = target.mesh((target.n,), ("batch",))
+
+    def per_device(params, xs, ys):
+        total = lambda p: loss(p, xs, ys) * xs.shape[0]          # noqa: E731
+        value, grads = jax.value_and_grad(total)(params)
+        return jax.lax.psum((value, grads), "batch")             # THE all-reduce
+
+    summed = jax.shard_map(per_device, mesh=mesh, out_specs=P(), check_vma=False,
+                           in_specs=(P(), P("batch"), P("batch")))
+
+    def step(params, opt, xs, ys):
+        value, grads = summed(params, xs, ys)
+        grads = {k: g / B for k, g in grads.items()}
+        params, opt = adam_update(params, opt, grads, lr=lr)
+        return params, opt, value / B
+
+    params = _weights(target, I, H, O, {})
+    opt = {"m": dict(params), "v": dict(params), "t": target.struct((), jnp.int32, P())}
+    xs = target.struct((B, T, I), _F32, P("batch"))
+    ys = target.struct((B, T, O), _F32, P("batch"))
+    return jax.jit(step), (params, opt, xs, ys)
+
+
+# Page 2b's LeNet (conv 3x3 8 - pool - conv 3x3 16 - pool - dense 32 - dense 10) on 8x8
+# images, as pure JAX with the shapes of its brainpy.dnn parameters: the compiled
+# step's collectives depend only on those.
+CNN_SHAPES = {"conv1.w": (3, 3, 1, 8), "conv1.b": (1, 1, 8), "conv2.w": (3, 3, 8, 16),
+              "conv2.b": (1, 1, 16), "fc1.W": (64, 32), "fc1.b": (32,),
+              "fc2.W": (32, 10), "fc2.b": (10,)}
+
+
+def _lenet(p, x):
+    def conv(x, w, b):
+        dims = ("NHWC", "HWIO", "NHWC")
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                            dimension_numbers=dims) + b
+
+    def pool(x):
+        return jax.lax.reduce_window(x, 0., jax.lax.add, (1, 2, 2, 1), (1, 2, 2, 1),
+                                     "VALID") / 4
+
+    x = pool(jax.nn.relu(conv(x, p["conv1.w"], p["conv1.b"])))
+    x = pool(jax.nn.relu(conv(x, p["conv2.w"], p["conv2.b"])))
+    x = jax.nn.relu(x.reshape(x.shape[0], -1) @ p["fc1.W"] + p["fc1.b"])
+    return x @ p["fc2.W"] + p["fc2.b"]
+
+
+def cnn_data_parallel(target, hand: bool = False, B=None):
+    """Page 2b: one data-parallel training step of the LeNet, the batch split over
+    ``'batch'``: by one annotation (``hand=False``), or written by hand with
+    ``shard_map`` and one ``psum`` of the loss and the gradients (``hand=True``)."""
+    B = B or config("ch2", target.n).B
+    mesh = target.mesh((target.n,), ("batch",))
+
+    def loss_sum(p, x, y):
+        logp = jax.nn.log_softmax(_lenet(p, x))
+        return -jnp.sum(jax.nn.one_hot(y, 10) * logp)
+
+    def hand_grads(p, x, y):
+        return jax.lax.psum(jax.value_and_grad(loss_sum)(p, x, y), "batch")
+
+    if hand:
+        grads_of = jax.shard_map(hand_grads, mesh=mesh, out_specs=P(), check_vma=False,
+                                 in_specs=(P(), P("batch"), P("batch")))
+    else:
+        grads_of = jax.value_and_grad(loss_sum)
+
+    def step(p, x, y):
+        value, g = grads_of(p, x, y)
+        return {k: p[k] - 0.01 * g[k] / B for k in p}, value / B
+
+    p = {k: target.struct(s, _F32, P()) for k, s in CNN_SHAPES.items()}
+    x = target.struct((B, 8, 8, 1), _F32, P("batch"))
+    y = target.struct((B,), jnp.int32, P("batch"))
+    return jax.jit(step), (p, x, y)
+
+
+__all__ += ["CNN_SHAPES", "cnn_data_parallel", "matmul", "rnn_dp_shard_map",
+            "scan_over_time"]

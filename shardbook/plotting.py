@@ -6,6 +6,7 @@ from typing import Any, Sequence
 from .shards import as_jax
 
 __all__ = ["device_colors", "owner_map", "plot_axis_ownership", "round_bytes",
+           "round_binary",
            "byte_axis", "legend_outside", "plot_bytes_vs_devices"]
 
 
@@ -30,33 +31,54 @@ def owner_map(x: Any, axis: int) -> list[list[int]]:
 def plot_axis_ownership(x: Any, axis_labels: Sequence[str] | None = None, ax=None, title: str | None = None):
     """Draw each axis of ``x`` as a bar, split into the blocks that each device owns.
 
-    Works for any number of dimensions, e.g. (batch, time, neuron).  A block held by
-    all devices (replicated along that axis) is drawn grey and labelled "all".
+    Works for any number of dimensions, e.g. (batch, time, neuron).  Three cases look
+    different: where the axis is split, each block has its own colour and names its
+    devices; where it is not split, the one block is white and says "whole" (every
+    device holds all of this axis, perhaps a different slice of the others); where
+    devices hold identical copies of a block (replication), it is hatched grey and
+    says "copies".
     """
-    import jax
     import matplotlib.pyplot as plt
 
     arr = as_jax(x)
-    ndev = jax.device_count()
-    colors = device_colors(ndev)
+    colors = device_colors(max(len(arr.sharding.device_set), 1))
     labels = list(axis_labels or [f"axis {i}" for i in range(arr.ndim)])
+    # devices that hold exactly the same slice of the whole array: copies
+    by_index: dict[tuple, set[int]] = {}
+    for s in arr.global_shards:
+        key = tuple(ix.indices(dim) for ix, dim in zip(s.index, arr.shape))
+        by_index.setdefault(key, set()).add(s.device.id)
+    copies_of = {d: len(ids) > 1 for ids in by_index.values() for d in ids}
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 0.55 * arr.ndim + 0.8))
     for row, axis in enumerate(range(arr.ndim)):
         owners = owner_map(arr, axis)
         n = arr.shape[axis]
+        blocks = []
         start = 0
         while start < n:
             stop = start
             while stop < n and owners[stop] == owners[start]:
                 stop += 1
-            o = owners[start]
-            everyone = len(o) == ndev and ndev > 1 or len(o) > 1
-            color = (0.8, 0.8, 0.8) if everyone else colors[o[0]]
-            ax.barh(row, (stop - start) / n, left=start / n, color=color, edgecolor="white")
-            text = "all" if len(o) == ndev else ",".join(map(str, o))
-            ax.text((start + stop) / 2 / n, row, text, ha="center", va="center", fontsize=8)
+            blocks.append((start, stop, owners[start]))
             start = stop
+        for k, (start, stop, o) in enumerate(blocks):
+            copied = any(copies_of.get(d, False) for d in o)
+            hatch = None
+            if len(blocks) == 1 and not copied:
+                color, text = (1.0, 1.0, 1.0), "whole"
+            elif copied:
+                color, hatch = (0.8, 0.8, 0.8), "///"
+                text = ",".join(map(str, o)) + " copies"
+            else:
+                color, text = colors[k % len(colors)], ",".join(map(str, o))
+            if len(blocks) == 1 and copied:
+                text = "whole, copies"
+            edge = "0.4" if color == (1.0, 1.0, 1.0) else "white"
+            ax.barh(row, (stop - start) / n, left=start / n, color=color,
+                    edgecolor=edge, hatch=hatch)
+            ax.text((start + stop) / 2 / n, row, text, ha="center", va="center",
+                    fontsize=8)
     ax.set_yticks(range(arr.ndim), [f"{lab} ({arr.shape[i]})" for i, lab in enumerate(labels)])
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
@@ -80,7 +102,8 @@ def round_bytes(v: float) -> str:
     return f"{v:g} B"
 
 
-def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device") -> None:
+def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device",
+              binary: bool = False) -> None:
     """Make ``axis`` of ``ax`` a log byte axis with ticks at powers of ten, round labels.
 
     Call it after the data are plotted (and limits are set): the ticks are the powers of
@@ -93,6 +116,9 @@ def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device") -> No
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
     lo = max(lo, 1e-300)
+    if binary:   # the tables' units: ticks at 4^k bytes, labelled in B, KiB, MiB, GiB
+        _binary_axis(ax, axis, lo, hi, label)
+        return
     ticks = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
              if lo <= 10.0 ** k <= hi]
     if not ticks:  # the data span less than one decade: one tick at the nearest power
@@ -105,6 +131,31 @@ def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device") -> No
         (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{label} (1 kB = 1000 B)")
 
 
+def round_binary(v: float) -> str:
+    """A label in binary units for a power of two: ``16 KiB``, ``1 MiB``, ``512 B``."""
+    for size, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if v >= size:
+            return f"{v / size:g} {unit}"
+    return f"{v:g} B"
+
+
+def _binary_axis(ax, axis, lo, hi, label):
+    import math
+
+    import matplotlib.ticker as mticker
+
+    first, last = math.floor(math.log(lo, 4)), math.ceil(math.log(hi, 4))
+    ticks = [4.0 ** k for k in range(first, last + 1) if lo <= 4.0 ** k <= hi]
+    if not ticks:
+        ticks = [4.0 ** round(math.log(math.sqrt(lo * hi), 4))]
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(mticker.FixedLocator(ticks))
+    target.set_major_formatter(mticker.FixedFormatter([round_binary(t) for t in ticks]))
+    target.set_minor_formatter(mticker.NullFormatter())
+    if label is not None:
+        (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{label} (1 KiB = 1024 B)")
+
+
 def legend_outside(ax, **kw) -> None:
     """Put the legend to the right of the axes, off the data."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
@@ -113,7 +164,7 @@ def legend_outside(ax, **kw) -> None:
 
 def plot_bytes_vs_devices(
     counts: Sequence[int], series: dict[str, Sequence[float]], ax=None, title: str = "bytes per device",
-    predicted: dict[str, Sequence[float]] | None = None,
+    predicted: dict[str, Sequence[float]] | None = None, binary: bool = False,
 ):
     """Bytes per device against device count, one line per strategy (log-log).
 
@@ -126,9 +177,18 @@ def plot_bytes_vs_devices(
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
     for i, (name, values) in enumerate(series.items()):
+        if binary:   # the prediction as a wide pale band under the measured markers
+            line, = ax.plot(counts, values, "o-", ms=5, lw=1.2, label=name, zorder=3)
+            if predicted and name in predicted:
+                ax.plot(counts, predicted[name], "-", color=line.get_color(), lw=7,
+                        alpha=0.25, solid_capstyle="round", zorder=2)
+            continue
         line, = ax.plot(counts, values, "o-", label=f"{name} (measured)")
         if predicted and name in predicted:
             ax.plot(counts, predicted[name], "--", color=line.get_color(), alpha=0.6, label=f"{name} (predicted)")
+    if binary and predicted:
+        ax.plot([], [], "-", color="0.5", lw=7, alpha=0.25, label="pale band: predicted")
+        ax.plot([], [], "o-", color="0.3", ms=5, lw=1.2, label="markers: measured")
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(counts), [str(c) for c in counts])
     ax.minorticks_off()
@@ -137,7 +197,7 @@ def plot_bytes_vs_devices(
     lo = min(min(v) for v in series.values())
     hi = max(max(v) for v in series.values())
     ax.set_ylim(lo / 2, hi * 2)
-    byte_axis(ax, "y")
+    byte_axis(ax, "y", binary=binary)
     ax.set_title(title)
     legend_outside(ax)
     ax.grid(True, which="major", alpha=0.3)

@@ -148,6 +148,57 @@ CASES = [
     ),
     Case("sparse.index", "sparse_index", {"N": 840, "K": 84}, lambda n: {"N": 840}),
 ]
+# chapters 1, 2 and 2b
+CH1 = book.config("ch1", 8).asdict()
+CASES += [
+    Case("ch1.matmul.contraction", "matmul", {}, lambda n: {"M": 64, "N": 48}),
+    Case(
+        "ch1.matmul.contraction",
+        "matmul",
+        {},
+        lambda n: {"M": 64, "N": 48},
+        devices=1,
+        key="one device",
+    ),
+    Case(
+        "ch1.matmul.gather", "matmul", {"split": "gather"}, lambda n: {"M": 64, "N": 48}
+    ),
+    Case(
+        "ch1.scan.time",
+        "scan_over_time",
+        {},
+        lambda n: {"bytes": 4 * CH1["batch"] * CH1["time"] * CH1["feature"]},
+    ),
+    Case(
+        "rnn.dp.shard_map",
+        "rnn_dp_shard_map",
+        {},
+        lambda n: {"grad_bytes": weights(CH2["I"], CH2["H"], CH2["O"])},
+    ),
+    Case(
+        "rnn.dp.shard_map",
+        "rnn_dp_shard_map",
+        {},
+        lambda n: {"grad_bytes": weights(CH2["I"], CH2["H"], CH2["O"])},
+        devices=1,
+        key="one device",
+    ),
+    Case("cnn.dp", "cnn_data_parallel", {}, lambda n: {"grad_bytes": 14_632}),
+    Case(
+        "cnn.dp.hand",
+        "cnn_data_parallel",
+        {"hand": True},
+        lambda n: {"grad_bytes": 14_632},
+    ),
+    Case(
+        "cnn.dp.hand",
+        "cnn_data_parallel",
+        {"hand": True},
+        lambda n: {"grad_bytes": 14_632},
+        devices=1,
+        key="one device",
+    ),
+]
 for c in CASES:
     c.key = f"{c.step} [{c.key}]" if c.key else c.step
 
