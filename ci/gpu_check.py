@@ -364,10 +364,11 @@ def phase_timing(cfg: dict) -> dict:
     progress("timing", out)
 
     # push vs index, side by side, growing while the budget lasts
-    last = None      # (neurons, seconds) of the last size
+    last = None      # (neurons, seconds, compile seconds) of the last size
     for n in s["timing_neurons"]:
         left = deadline - time.monotonic()
-        guess = None if last is None else last[1] * n / last[0]
+        # the per-step part grows with the network; the builds and compiles do not
+        guess = None if last is None else last[2] + (last[1] - last[2]) * n / last[0]
         if guess is not None and guess > left - 10:
             out["skipped"].append(dict(neurons=n, why=f"budget: {left:.0f} s left, "
                                                       f"about {guess:.0f} s needed"))
@@ -388,7 +389,8 @@ def phase_timing(cfg: dict) -> dict:
                        rate_hz=t.extra["rate_hz"])
             out["coba"].append(row)
             print(f"[timing] {n:,} neurons {t.line()}", flush=True)
-        last = (n, time.perf_counter() - t0)
+        fixed = sum(t.extra.get("compile_s", 0.0) for t in res.values())
+        last = (n, time.perf_counter() - t0, fixed)   # (neurons, seconds, compiles)
         progress("timing", out)
     return out
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 __all__ = ["SCHEMA", "PREDICTION_SCHEMA", "DATA_DIR", "GpuDataError", "device_slug",
            "path_for", "validate", "validate_prediction", "load", "load_prediction",
-           "note", "gpu_data", "gpu_note", "compile_lines", "record_lines", "PHASES",
+           "note", "gpu_data", "gpu_note", "compile_lines", "coba_rows", "coba_lines",
+           "record_lines", "PHASES",
            "STATUSES"]
 
 SCHEMA = "shardbook.gpu-check/1"
@@ -198,6 +199,23 @@ def compile_lines(data: dict) -> list[str]:
     return out
 
 
+def coba_rows(data: dict) -> list[tuple]:
+    """The GPU run's COBA-HH timings: (neurons, delivery, us per step, events per step,
+    compile seconds), one row per timed size and delivery."""
+    return [(r["neurons"], r["conn"], r["seconds_per_step"] * 1e6, r["events_per_step"],
+             r["compile_s"]) for r in data["timing"].get("coba") or []
+            if "seconds_per_step" in r]
+
+
+def coba_lines(data: dict) -> list[str]:
+    """:func:`coba_rows` as a plain-text table, for a notebook."""
+    out = [f"{'neurons':>12}  {'delivery':<8}{'us per step':>13}{'events/step':>13}"
+           f"{'compile s':>11}"]
+    out += [f"{n:>12,}  {conn:<8}{us:>13,.1f}{ev:>13,.0f}{cs:>11.1f}"
+            for n, conn, us, ev, cs in coba_rows(data)]
+    return out
+
+
 def record_lines(data: dict | None) -> list[str]:
     """The record page's section (Markdown): the note, and the GPU run's figures."""
     said = note(data)
@@ -211,11 +229,8 @@ def record_lines(data: dict | None) -> list[str]:
               f"versions that differ from the book's pins: {mism}.", "",
               "| neurons | delivery | us per step | events per step | compile (s) |",
               "| ---: | --- | ---: | ---: | ---: |"]
-    for r in data["timing"].get("coba") or []:
-        if "seconds_per_step" in r:
-            lines.append(f"| {r['neurons']:,} | {r['conn']} | "
-                         f"{r['seconds_per_step'] * 1e6:,.1f} | "
-                         f"{r['events_per_step']:,.0f} | {r['compile_s']:.1f} |")
+    for n, conn, us, events, seconds in coba_rows(data):
+        lines.append(f"| {n:,} | {conn} | {us:,.1f} | {events:,.0f} | {seconds:.1f} |")
     ten = data["timing"].get("coba_10s")
     if ten:
         lo, hi = ten["published_s"]

@@ -138,6 +138,9 @@ def test_load_and_note(dry, tmp_path):
     )
     assert book.gpudata.compile_lines(data)[0].startswith("step")
     assert book.gpudata.record_lines(data)[0] == "## Real-GPU measurements"
+    rows = book.gpudata.coba_rows(data)  # what chapter 4b prints beside its time model
+    assert rows and all(events > 0 for _, _, _, events, _ in rows)
+    assert len(book.gpudata.coba_lines(data)) == 1 + len(rows)
 
 
 def test_the_book_reads_the_data_through_the_doorway():
