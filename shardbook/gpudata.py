@@ -87,7 +87,14 @@ def validate(data: dict) -> dict:
     elif not dry and prov.get("platform") != "gpu":
         bad.append(f"a GPU file written on platform {prov.get('platform')!r}: "
                    "a GPU figure exists only where a GPU run wrote it")
+    if dry is False:   # a real GPU run says where, when and from what it ran
+        for key in ("commit", "driver", "date", "device_kind"):
+            if not (isinstance(prov.get(key), str) and prov.get(key)):
+                bad.append(f"provenance.{key} is empty: a GPU file names it")
     phases = data.get("phases", {})
+    if dry is False and not any(isinstance(ph, dict) and ph.get("status") == "ok"
+                                for ph in phases.values()):
+        bad.append("no phase finished (status ok): a GPU file without a figure")
     for name in PHASES:
         ph = phases.get(name)
         if not isinstance(ph, dict):
@@ -120,6 +127,8 @@ def validate(data: dict) -> dict:
     if ten is not None:
         _need(ten, ("neurons", "conn", "simulated_s", "run_s", "compile_s",
                     "events_per_step", "published_s"), "timing.coba_10s", bad)
+        if _number(ten.get("events_per_step")) and ten["events_per_step"] <= 0:
+            bad.append("timing.coba_10s: a silent network (no events) times nothing")
     for i, row in enumerate(timing.get("rnn", []) or []):
         _need(row, ("chapter", "sizes", "seconds_per_step", "compile_s"),
               f"timing.rnn[{i}]", bad)

@@ -130,8 +130,16 @@ def test_load_and_note(dry, tmp_path):
         device_kind="NVIDIA H200",
         commit="0123456789abcdef",
         date="2026-12-01T12:00:00",
+        driver="570.124.06",
     )
     (tmp_path / "gpu_h200.json").write_text(json.dumps(as_gpu))
+    empty = copy.deepcopy(as_gpu)
+    empty["provenance"]["commit"] = None  # the device's copy has no .git
+    _rejected(empty, "provenance.commit is empty")
+    idle = copy.deepcopy(as_gpu)
+    for ph in idle["phases"].values():
+        ph.update(status="skipped")
+    _rejected(idle, "no phase finished")
     data = book.gpudata.load("NVIDIA H200", root=tmp_path)
     assert book.gpudata.note(data) == (
         "measured on 1 x NVIDIA H200 (2026-12-01, commit 0123456789ab)"
