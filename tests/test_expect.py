@@ -467,15 +467,26 @@ def _plant(text: str, step: str, compiler: str) -> str:
     op."""
     head = f'["{step}".{compiler}]'
     start = text.index(head)
+    end_of_entry = text.find("\n[", start + len(head))
     body = text.index('op = "', start) + len('op = "')
+    if end_of_entry != -1 and body > end_of_entry:
+        raise ValueError(f"{head} lists no collective to change")
     end = text.index('"', body)
     new = "all-to-all" if text[body:end] != "all-to-all" else "all-gather"
     return text[:body] + new + text[end:]
 
 
 def _table_steps(compiler: str) -> set[str]:
+    """The steps whose ``compiler`` entry lists a collective that a plant can change."""
     head = re.compile(r'^\["([\w.\-]+)"\.' + compiler + r"\]", re.M)
-    return set(head.findall(expect.TABLE.read_text()))
+    text, out = expect.TABLE.read_text(), set()
+    for step in head.findall(text):
+        try:
+            _plant(text, step, compiler)
+        except ValueError:
+            continue
+        out.add(step)
+    return out
 
 
 TABLE_CPU_STEPS = _table_steps("cpu")
