@@ -412,6 +412,7 @@ def cache_load(job: dict) -> dict | None:
         return None
     answer = json.loads(gzip.decompress(f.read_bytes()))
     answer.setdefault("meta", {})["cache"] = f"read from {f.name}"
+    answer["child_s"] = 0.0   # no child ran for it
     return answer
 
 

@@ -259,6 +259,7 @@ def test_a_cached_program_is_the_fresh_compile(tmp_path, monkeypatch):
     assert "cache" not in fresh.meta and len(list(tmp_path.glob("*.json.gz"))) == 1
     (again,) = gt.compile_jobs([job], timeout=300)
     assert again.meta["cache"].startswith("read from ")
+    assert again.meta["child_s"] == 0.0 and fresh.meta["child_s"] > 0  # chapter 6 reads it
     assert (again.text, again.memory, again.collectives) == (
         fresh.text,
         fresh.memory,
