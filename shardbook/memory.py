@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["GB", "GiB", "MiB", "compiled_memory", "fmt_bytes", "Ledger",
-           "largest_fitting"]
+__all__ = ["GB", "GiB", "MiB", "compiled_memory", "device_memory_stats", "fmt_bytes",
+           "Ledger", "largest_fitting"]
 
 GB = 1e9
 GiB = 2**30
@@ -93,3 +93,18 @@ def largest_fitting(bytes_for_size, memory_bytes: float, lo: int = 1, hi: int = 
         else:
             hi_k = mid - 1
     return lo_k * step
+
+
+def device_memory_stats(devices) -> list[dict] | None:
+    """Each device's ``memory_stats()``, or ``None`` where the platform keeps none.
+
+    XLA:CPU devices keep no statistics and accelerators do (``PjRtClient``'s
+    ``GetAllocatorStats``); a platform that does otherwise raises, so a page that
+    reads the statistics never silently skips them."""
+    stats = [d.memory_stats() for d in devices]
+    keeps = None not in stats
+    platform = devices[0].platform
+    if keeps == (platform == "cpu"):
+        raise AssertionError(f"{platform} devices keep {'' if keeps else 'no '}memory "
+                             "statistics, unlike what the book expects of them")
+    return stats if keeps else None

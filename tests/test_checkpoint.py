@@ -24,15 +24,7 @@ HALF = 20
 is_var = lambda x: isinstance(x, bm.Variable)  # noqa: E731
 
 
-def state_of(net):
-    state = {
-        name: {v: getattr(pop, v) for v in ("V", "m", "h", "n", "spike")}
-        for name, pop in net.populations.items()
-    }
-    state.update(
-        {name: {"g": proj.refs["syn"].g} for name, proj in net.projections.items()}
-    )
-    return state
+state_of = coba.checkpoint.state_of  # the state chapter 5b saves, by stable names
 
 
 def values(state):

@@ -265,3 +265,23 @@ def test_the_region_shows_a_line_the_reader_parses():
     assert (c.op, c.async_, c.phase) == ("all-reduce", False, "once")
     assert c.shapes == ("f32[32,4]", "f32[32,32]", "f32[2,32]")
     assert c.nbytes == 4 * (32 * 4 + 32 * 32 + 2 * 32) == 4864
+
+
+def test_device_memory_stats_says_what_each_platform_keeps():
+    """CPU devices keep no statistics (None); a platform that does otherwise raises."""
+    from shardbook import book
+
+    class Dev:
+        def __init__(self, platform, stats):
+            self.platform, self.stats = platform, stats
+
+        def memory_stats(self):
+            return self.stats
+
+    assert book.memory.device_memory_stats(book.devices()) is None  # XLA:CPU here
+    gpu = [Dev("gpu", {"bytes_in_use": 0})]
+    assert book.memory.device_memory_stats(gpu) == [{"bytes_in_use": 0}]
+    with pytest.raises(AssertionError, match="keep no memory statistics"):
+        book.memory.device_memory_stats([Dev("gpu", None)])  # planted: a silent skip
+    with pytest.raises(AssertionError, match="keep memory statistics"):
+        book.memory.device_memory_stats([Dev("cpu", {"bytes_in_use": 0})])
