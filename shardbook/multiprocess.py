@@ -280,7 +280,8 @@ def coba_networks_part(cfg: dict) -> dict:
     then ``window`` steps recording spikes and V, which every process gathers and saves
     as ``<name>_p<process>_{spike,V}.npy``; with ``checkpoint``, save an Orbax
     checkpoint into ``<out_dir>/<name>_ckpt`` (every process writes its shards) and run
-    ``after`` steps more, saved as ``<name>_after_p<process>_*.npy``.
+    ``after`` steps more, saved as ``<name>_after_p<process>_*.npy``.  With
+    ``shift_process``, that process builds from seed + 1 (a planted bug for the tests).
     """
     import jax
     import numpy as np
@@ -299,8 +300,10 @@ def coba_networks_part(cfg: dict) -> dict:
             np.save(os.path.join(out_dir, f"{prefix}_p{me}_{var}.npy"), whole)
 
     for spec in cfg["coba_nets"]:
-        name = spec["name"]
-        net = coba.build(jax.devices(), **spec["build"])
+        name, build = spec["name"], dict(spec["build"])
+        if me == spec.get("shift_process", -1):   # a planted bug for the tests: this
+            build["seed"] = build.get("seed", 0) + 1   # process draws another network
+        net = coba.build(jax.devices(), **build)
         sim = coba.Simulation(net, record=("spike", "V"))
         if spec.get("skip"):
             quiet = coba.Simulation(net, record=())

@@ -4,6 +4,7 @@ The processes are real (jax.distributed on 127.0.0.1), the model is tiny so that
 test takes seconds: 2 processes x 2 simulated CPU devices, hidden size 8.
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -42,18 +43,44 @@ def test_child_env(monkeypatch):
 
 
 COBA_TINY = dict(coba_steps=40, coba_scale=0.5)  # 1,680 E + 420 I: 2 x 2 devices
+# 840 neurons on 2 processes x 2 devices; 50 ms (past the opening transient of the
+# randomised start), then a window of spikes and V compared with one process of 4
+# devices, a checkpoint, and 3 ms more.  "rows" is drawn per device block: 4 devices.
+GRAPHS = [
+    dict(
+        name="bernoulli",
+        build=dict(sizes=[672, 168], graph="bernoulli", start="random"),
+        skip=500,
+        window=50,
+        after=30,
+        checkpoint=True,
+    ),
+    dict(
+        name="rows",
+        build=dict(scale=0.2, graph="rows", conn="event", start="random"),
+        skip=500,
+        window=50,
+        after=30,
+        checkpoint=True,
+    ),
+]
+# the "rows" network again, process 1 drawing its part from seed + 1 (a planted bug):
+# the same shapes, so the same programs as "rows", only other numbers
+SHIFTED = dict(GRAPHS[1], name="rows-shifted", shift_process=1, checkpoint=False)
 
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
-    """One launch, 2 processes x 2 devices: the tiny RNN, then the small COBA-HH
-    network."""
+    """One launch, 2 processes x 2 devices, for every test of this file that needs
+    one: the tiny RNN, the small COBA-HH network, every graph of chapter 4 with a
+    checkpoint, and the planted seed shift."""
     out = tmp_path_factory.mktemp("rasters")
     reports = mp.launch(
         num_processes=2,
         devices_per_process=2,
-        timeout_s=240,
+        timeout_s=900,
         coba_out_dir=str(out),
+        coba_nets=[*GRAPHS, SHIFTED],
         **TINY,
         **COBA_TINY,
     )
@@ -195,65 +222,25 @@ def test_coba_two_processes_bit_identical(both):
         assert parts[0]["gathered_bytes"] == steps * n
 
 
-def test_coba_shifted_seed_on_one_process_is_caught(tmp_path):
-    """Process 1 draws its connectivity and initial state from seed + 1: not
-    identical."""
-    import jax
+def test_coba_shifted_seed_on_one_process_is_caught(both):
+    """Process 1 draws its part of the "rows" network from seed + 1 (a planted bug):
+    the gathered window is not the one-process window."""
+    from shardbook import book
 
-    task = dict(steps=0, coba_steps=30, coba_scale=0.25)  # 840 E + 210 I, 2 x 1 device
-    reports = mp.launch(
-        num_processes=2,
-        devices_per_process=1,
-        timeout_s=180,
-        coba_out_dir=str(tmp_path),
-        coba_shift_process=1,
-        **task,
-    )
-    reference = _coba_reference(jax.devices()[:2], 0.25, 30)
-    with pytest.raises(AssertionError, match="NOT bit-identical"):
-        verify.identical(
-            "test.ch5a.coba.spikes-shifted", _rasters(reports, tmp_path), reference
-        )
+    reports, out = both
+    spec = SHIFTED
+    net, ref = _window(spec)
+    for r in reports:
+        with pytest.raises(AssertionError, match="NOT bit-identical"):
+            verify.identical(
+                "test.ch5a.coba.spikes-shifted",
+                _saved(out, spec["name"], r["process_index"]),
+                ref,
+            )
+        assert r["coba_nets"][spec["name"]]["fingerprint"] != book.coba.fingerprint(net)
 
 
 # -- every graph of chapter 4 across processes, and a checkpoint between them ----------
-# 840 neurons on 2 processes x 2 devices; 50 ms (past the opening transient of the
-# randomised start), then a window of spikes and V compared with one process of 4
-# devices, a checkpoint, and 3 ms more.  "rows" is drawn per device block: 4 devices.
-GRAPHS = [
-    dict(
-        name="bernoulli",
-        build=dict(sizes=[672, 168], graph="bernoulli", start="random"),
-        skip=500,
-        window=50,
-        after=30,
-        checkpoint=True,
-    ),
-    dict(
-        name="rows",
-        build=dict(scale=0.2, graph="rows", conn="event", start="random"),
-        skip=500,
-        window=50,
-        after=30,
-        checkpoint=True,
-    ),
-]
-
-
-@pytest.fixture(scope="module")
-def every_graph(tmp_path_factory):
-    out = tmp_path_factory.mktemp("graphs")
-    reports = mp.launch(
-        num_processes=2,
-        devices_per_process=2,
-        timeout_s=900,
-        steps=0,
-        coba_nets=GRAPHS,
-        coba_out_dir=str(out),
-    )
-    return reports, out
-
-
 def _saved(out, prefix, process):
     return {
         var: np.load(out / f"{prefix}_p{process}_{var}.npy") for var in ("spike", "V")
@@ -269,16 +256,31 @@ def _both(out, net):
     }
 
 
-@pytest.mark.parametrize("spec", GRAPHS, ids=[g["name"] for g in GRAPHS])
-def test_every_graph_across_two_processes_equals_one_process(every_graph, spec):
+_REFS = {}
+
+
+def _window(spec):
+    """The network of ``spec`` on 1 process x 4 devices, and what every process saved
+    of it, run here: ``skip`` steps recording nothing, then ``window`` steps of spikes
+    and V (coba_networks_part).  Built and run once per build: SHIFTED shares "rows"."""
     from shardbook import book
 
-    reports, out = every_graph
-    net = book.coba.build(book.devices()[:4], **spec["build"])
-    book.coba.Simulation(net, record=()).run(spec["skip"])
-    sim = book.coba.Simulation(net, record=("spike", "V"))
-    sim.t = spec["skip"]
-    ref = _both(sim.run(spec["window"]), net)
+    key = json.dumps([spec["build"], spec["skip"], spec["window"]], sort_keys=True)
+    if key not in _REFS:
+        net = book.coba.build(book.devices()[:4], **spec["build"])
+        book.coba.Simulation(net, record=()).run(spec["skip"])
+        sim = book.coba.Simulation(net, record=("spike", "V"))
+        sim.t = spec["skip"]
+        _REFS[key] = net, _both(sim.run(spec["window"]), net)
+    return _REFS[key]
+
+
+@pytest.mark.parametrize("spec", GRAPHS, ids=[g["name"] for g in GRAPHS])
+def test_every_graph_across_two_processes_equals_one_process(both, spec):
+    from shardbook import book
+
+    reports, out = both
+    net, ref = _window(spec)
     assert spec["skip"] * book.coba.DT >= 50 and ref["spike"].sum() > 50
     name = spec["name"]
     for r in reports:
@@ -295,11 +297,11 @@ def test_every_graph_across_two_processes_equals_one_process(every_graph, spec):
         }
 
 
-def test_a_two_process_checkpoint_restores_in_one_process(every_graph):
+def test_a_two_process_checkpoint_restores_in_one_process(both):
     from shardbook import book
 
     ck = book.coba.checkpoint
-    reports, out = every_graph
+    reports, out = both
     for spec in GRAPHS:
         name = spec["name"]
         path = out / f"{name}_ckpt"
