@@ -102,7 +102,7 @@ def main(argv=None) -> int:
             predicted=pred,
             shards=got,
             compiled=xla,
-            tolerance=coba.peak_tolerance(net.n_exc, net.n_inh, n, pred["temporaries"]),
+            tolerance=coba.peak_tolerance(pred["temporaries"]),
         ),
     )
     for cat in ("state", "delays", "connectivity", "counters"):
