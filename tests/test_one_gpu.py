@@ -28,7 +28,8 @@ def _sizes():
 
 def check_savings(temps: dict) -> None:
     """The page's claims on XLA:CPU: remat saves 2 T B H x 4 bytes (within 1 %),
-    8 micro-batches keep less than a third of the plain step's, and bf16 saves nothing (upcast)."""
+    8 micro-batches keep less than a third of the plain step's temporaries, and
+    bf16 saves nothing (XLA:CPU upcasts)."""
     _, H, _, B, T = _sizes()
     predicted = 2 * T * B * H * 4
     saving = temps["plain"] - temps["remat"]
@@ -70,5 +71,6 @@ def test_the_configuration_is_the_pages():
     big = tm.predict(c.I_big, c.H_big, c.O_big, c.B_big, c.T_big, bm_jit=False,
                      compiler=None)
     assert big.activations == 250 * big.weights  # the page's "250 times"
-    assert book.config("ch2c", 11).H == 132 and book.config("ch2c", 3).H == 129
+    assert book.config("ch2c", 11).H == 128  # the fixes run on one device
+    assert book.config("ch2c", 11).H_split == 132
     assert jax.numpy.dtype("bfloat16").itemsize == 2
