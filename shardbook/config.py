@@ -156,3 +156,18 @@ def _ch4_speed(n, _ch4_base=_ch4):
 
 
 CHAPTERS["ch4"] = _ch4_speed
+
+
+# Page 2c (is one GPU enough?): small sizes for what is compiled and run, and the
+# discussion's scale (I = O = 1000 features, H = 10,000 hidden units, T = 1000 steps,
+# a batch of 1000 sequences: "input output tensor maybe > 1000^3") for the model's
+# predictions only.  The fixes run on one device (H is never split); only the
+# with_sharding_constraint section splits a state of H_split units over n devices.
+def _ch2c(n):
+    return dict(I=4, H=128, O=4, B=16, T=50, micro=(2, 4, 8),
+                H_split=divisible_size(128, n),
+                lr=1e-4, I_big=1000, H_big=10_000, O_big=1000, B_big=1000,
+                T_big=1000)
+
+
+CHAPTERS["ch2c"] = _ch2c

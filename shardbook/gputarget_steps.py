@@ -34,7 +34,7 @@ __all__ = [  # ALL_GATHER_COMBINE_BYTES and check_*: compat, at the end
     "check_data_parallel_cpu", "check_data_parallel_gpu", "check_fsdp_cpu",
     "check_fsdp_gpu", "check_rnn_hidden_cpu", "check_rnn_hidden_gpu", "coba_hh",
     "fsdp_mlp", "rnn_data_parallel", "rnn_forward", "rnn_fsdp", "rnn_functional",
-    "rnn_grad_bytes", "rnn_hidden", "rnn_hidden_rows", "rnn_shard_map",
+    "rnn_grad_bytes", "rnn_hidden", "rnn_one_gpu", "rnn_hidden_rows", "rnn_shard_map",
     "tiny_data_parallel",
 ]
 
@@ -578,3 +578,20 @@ def cnn_data_parallel(target, hand: bool = False, B=None):
 
 __all__ += ["CNN_SHAPES", "cnn_data_parallel", "matmul", "rnn_dp_shard_map",
             "scan_over_time"]
+
+
+def rnn_one_gpu(target, remat: bool = False, micro_batches: int = 1, dtype=None,
+                B=None, T=None, I=None, H=None, O=None):
+    """Page 2c: the RNN's gradient on ONE device (``rnn.pure.grad_fn``) with a fix of
+    "is one GPU enough?": ``remat``, ``micro_batches`` or ``dtype="bfloat16"``."""
+    from .rnn.pure import grad_fn
+
+    c = _sizes("ch2c", target, dict(B=B, T=T, I=I, H=H, O=O))
+    B, T, I, H, O = (c[k] for k in ("B", "T", "I", "H", "O"))
+    target.mesh((target.n,), ("x",))
+    params = _weights(target, I, H, O, {})
+    xs = target.struct((B, T, I), _F32, P())
+    ys = target.struct((B, T, O), _F32, P())
+    options = dict(remat=remat, micro_batches=micro_batches,
+                   dtype=None if dtype is None else jnp.dtype(dtype))
+    return grad_fn(**options), (params, xs, ys)

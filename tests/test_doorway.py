@@ -86,6 +86,7 @@ SPLIT = {  # configuration -> {size: how many ways it is split on n devices}
     },
     "ch2": {"B": lambda n: n},
     "ch2b": {"B": lambda n: n},
+    "ch2c": {"H_split": lambda n: n},
     "ch3": {
         "H": lambda n: n,
         "B": lambda n: book.mesh_shape_2d(n)[0],
