@@ -156,3 +156,15 @@ def _ch4_speed(n, _ch4_base=_ch4):
 
 
 CHAPTERS["ch4"] = _ch4_speed
+
+
+# Chapter 7 (JAX's newer tools): chapter 1's product Y = X @ W in explicit sharding
+# mode (K, the contraction, is split n ways; M and N too in the other cases), and
+# chapter 3's RNN with the hidden axis split n ways (collective matmul, brainstate).
+def _ch7(n):
+    return dict(M=divisible_size(64, n), K=divisible_size(32, n),
+                N=divisible_size(48, n), I=8, H=divisible_size(840, n), O=8, B=8, T=10,
+                trace_steps=3)        # steps in the profiler trace
+
+
+CHAPTERS["ch7"] = _ch7
