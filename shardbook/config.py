@@ -163,7 +163,8 @@ CHAPTERS["ch4"] = _ch4_speed
 # chapter 3's RNN with the hidden axis split n ways (collective matmul, brainstate).
 def _ch7(n):
     return dict(M=divisible_size(64, n), K=divisible_size(32, n),
-                N=divisible_size(48, n), I=8, H=divisible_size(840, n), O=8, B=8, T=10,
+                N=divisible_size(48, n), I=8, H=divisible_size(840, n), O=8, T=10,
+                B=divisible_size(8, n),   # split n ways in the data-parallel case
                 trace_steps=3)        # steps in the profiler trace
 
 

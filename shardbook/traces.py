@@ -7,11 +7,13 @@ it back with a public class, ``jax.profiler.ProfileData.from_file``: planes (one
 host or device), lines (threads, or a device's streams) and events (name, start,
 duration).  The events that matter here carry the names of the compiled program's
 HLO instructions: XLA:CPU's thunk executor records one per instruction it runs
-(``all-reduce``, ``ynn_fusion``, ...) on the thread of each simulated device; XLA:GPU
-records them on the ``/device:GPU:N`` planes.  So the trace is read *against the
-program*: an event is an operation of the step when its name is an instruction name of
-``compiled.as_text()``, and a collective when that instruction is one
-(:data:`shardbook.hlo.COLLECTIVES`, ``-start``/``-done`` pairs included).
+(``all-reduce``, ``ppermute.3``, ``ynn_fusion``, ...) on the thread of each simulated
+device; XLA:GPU records them on the ``/device:GPU:N`` planes.  So the trace is read
+*against the program*: an event is an operation of the step when its name is an
+instruction name of ``compiled.as_text()``, and a collective when that instruction's
+opcode is one (:data:`shardbook.hlo.COLLECTIVES`; of a ``-start``/``-done`` pair only
+the start is counted).  Counts inside loops are not checked: XLA:CPU's events of a loop
+body need not match the loop's trip count.
 
 ::
 
@@ -31,16 +33,16 @@ from pathlib import Path
 
 __all__ = ["Event", "Trace", "record", "read", "from_profile", "collective_of"]
 
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+\S")
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+(.+?)\s+([a-z][\w\-]*)\(")
 _COLLECTIVE = re.compile(
     r"^(all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all|"
     r"collective-broadcast|ragged-all-to-all)(?:-start|-done)?(?:\.\d+)?$")
 
 
-def collective_of(name: str) -> str | None:
-    """The collective an instruction name stands for (``"all-reduce.3"`` ->
+def collective_of(opcode: str) -> str | None:
+    """The collective an HLO opcode stands for (``"all-reduce-start"`` ->
     ``"all-reduce"``), or ``None``."""
-    m = _COLLECTIVE.match(name)
+    m = _COLLECTIVE.match(opcode)
     return m.group(1) if m else None
 
 
@@ -48,7 +50,8 @@ def collective_of(name: str) -> str | None:
 class Event:
     """One event of a trace that is an instruction of the program."""
 
-    name: str            # the HLO instruction
+    name: str            # the HLO instruction ("ppermute.3", "all-reduce", ...)
+    op: str              # its opcode ("collective-permute", "fusion", ...)
     plane: str           # "/host:CPU", "/device:GPU:0", ...
     line: str            # the thread or stream
     start_ns: float
@@ -56,7 +59,7 @@ class Event:
 
     @property
     def collective(self) -> str | None:
-        return collective_of(self.name)
+        return collective_of(self.op)
 
 
 class Trace:
@@ -73,7 +76,7 @@ class Trace:
         """Collective events by kind (``-start``/``-done`` of one launch count once:
         only the ``-start`` or the plain instruction is counted)."""
         return Counter(e.collective for e in self.collectives
-                       if not e.name.split(".")[0].endswith("-done"))
+                       if not e.op.endswith("-done"))
 
     def count(self, op: str) -> int:
         return self.counts()[op]
@@ -131,23 +134,25 @@ class Trace:
         return text
 
 
-def _instruction_names(text: str) -> set[str]:
-    return {m.group(1) for line in text.splitlines() if (m := _INSTR.match(line))}
+def _instructions(text: str) -> dict[str, str]:
+    """``{instruction name: opcode}`` of an HLO text."""
+    return {m.group(1): m.group(3) for line in text.splitlines()
+            if (m := _INSTR.match(line))}
 
 
 def from_profile(profile, program, path: str | None = None) -> Trace:
     """A :class:`Trace` from a ``jax.profiler.ProfileData``: the events whose name is
     an instruction of ``program`` (device planes if the trace has any, else the
     host's, so that no operation is counted twice)."""
-    names = _instruction_names(program.text)
+    ops = _instructions(program.text)
     planes = list(profile.planes)
     device = [p for p in planes if p.name.startswith("/device:")]
     events = []
     for plane in device or planes:
         for line in plane.lines:
             for e in line.events:
-                if e.name in names:
-                    events.append(Event(e.name, plane.name, line.name,
+                if e.name in ops:
+                    events.append(Event(e.name, ops[e.name], plane.name, line.name,
                                         float(e.start_ns), float(e.duration_ns)))
     return Trace(events, program, path)
 

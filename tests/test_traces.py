@@ -93,5 +93,7 @@ def test_the_share_is_read_from_the_durations():
         trace.verdict(steps=1, above=0.8)
     with pytest.raises(AssertionError, match="not less than 50%"):
         trace.verdict(steps=1, below=0.5)
-    assert traces.collective_of("collective-permute-start.2") == "collective-permute"
-    assert traces.collective_of("fusion.3") is None
+    assert trace.events[0].op == "all-reduce" and trace.events[1].op == "fusion"
+    assert traces.collective_of("collective-permute-start") == "collective-permute"
+    assert traces.collective_of("collective-permute-done") == "collective-permute"
+    assert traces.collective_of("fusion") is None
