@@ -50,6 +50,7 @@ _MODULES = {
     "private": "private",          # every private JAX/brainstate/Orbax touch point
     "hardware": "hardware",        # cited GPU figures (H200, H100) for the cost models
     "gpudata": "gpudata",          # the real-GPU data file of ci/gpu_check, validated
+    "traces": "traces",            # a jax.profiler trace written and read back (ch. 7)
 }
 _NAMES = {
     "Program": ("hlo", "Program"),

@@ -171,3 +171,16 @@ def _ch2c(n):
 
 
 CHAPTERS["ch2c"] = _ch2c
+
+
+# Chapter 7 (JAX's newer tools): chapter 1's product Y = X @ W in explicit sharding
+# mode (K, the contraction, is split n ways; M and N too in the other cases), and
+# chapter 3's RNN with the hidden axis split n ways (collective matmul, brainstate).
+def _ch7(n):
+    return dict(M=divisible_size(64, n), K=divisible_size(32, n),
+                N=divisible_size(48, n), I=8, H=divisible_size(840, n), O=8, T=10,
+                B=divisible_size(8, n),   # split n ways in the data-parallel case
+                trace_steps=3)        # steps in the profiler trace
+
+
+CHAPTERS["ch7"] = _ch7

@@ -104,6 +104,8 @@ SPLIT = {  # configuration -> {size: how many ways it is split on n devices}
         "coba_small": lambda n: n,
         "coba_large": lambda n: n,
     },
+    "ch7": {"M": lambda n: n, "K": lambda n: n, "N": lambda n: n, "H": lambda n: n,
+             "B": lambda n: n},
 }
 
 

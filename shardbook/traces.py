@@ -1,0 +1,183 @@
+"""Write a ``jax.profiler`` trace of a few steps and read it back: where the time went.
+
+``jax.profiler.trace(log_dir)`` writes an XSpace protobuf,
+``<log_dir>/plugins/profile/<run>/<host>.xplane.pb`` (JAX docs, "Profiling
+computation"), which TensorBoard's profile plugin and Perfetto open.  JAX 0.10.2 reads
+it back with a public class, ``jax.profiler.ProfileData.from_file``: planes (one per
+host or device), lines (threads, or a device's streams) and events (name, start,
+duration).  The events that matter here carry the names of the compiled program's
+HLO instructions: XLA:CPU's thunk executor records one per instruction it runs
+(``all-reduce``, ``ppermute.3``, ``ynn_fusion``, ...) on the thread of each simulated
+device; XLA:GPU records them on the ``/device:GPU:N`` planes.  So the trace is read
+*against the program*: an event is an operation of the step when its name is an
+instruction name of ``compiled.as_text()``, and a collective when that instruction's
+opcode is one (:data:`shardbook.hlo.COLLECTIVES`; of a ``-start``/``-done`` pair only
+the start is counted).  Counts inside loops are not checked: XLA:CPU's events of a loop
+body need not match the loop's trip count.
+
+::
+
+    path = traces.record(step, x, w, steps=3, log_dir="_build/trace")
+    trace = traces.read(path, book.Program(step.lower(x, w).compile()))
+    trace.count("all-reduce"), trace.share()    # events, collective share of op time
+    print(trace.verdict(steps=3))               # the counts, checked; no float
+
+This module imports JAX only inside its functions.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Event", "Trace", "record", "read", "from_profile", "collective_of"]
+
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+(.+?)\s+([a-z][\w\-]*)\(")
+_COLLECTIVE = re.compile(
+    r"^(all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all|"
+    r"collective-broadcast|ragged-all-to-all)(?:-start|-done)?(?:\.\d+)?$")
+
+
+def collective_of(opcode: str) -> str | None:
+    """The collective an HLO opcode stands for (``"all-reduce-start"`` ->
+    ``"all-reduce"``), or ``None``."""
+    m = _COLLECTIVE.match(opcode)
+    return m.group(1) if m else None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a trace that is an instruction of the program."""
+
+    name: str            # the HLO instruction ("ppermute.3", "all-reduce", ...)
+    op: str              # its opcode ("collective-permute", "fusion", ...)
+    plane: str           # "/host:CPU", "/device:GPU:0", ...
+    line: str            # the thread or stream
+    start_ns: float
+    duration_ns: float
+
+    @property
+    def collective(self) -> str | None:
+        return collective_of(self.op)
+
+
+class Trace:
+    """The events of a trace that are instructions of ``program``."""
+
+    def __init__(self, events: list[Event], program, path: str | None = None):
+        self.events, self.program, self.path = list(events), program, path
+
+    @property
+    def collectives(self) -> list[Event]:
+        return [e for e in self.events if e.collective]
+
+    def counts(self) -> Counter:
+        """Collective events by kind (``-start``/``-done`` of one launch count once:
+        only the ``-start`` or the plain instruction is counted)."""
+        return Counter(e.collective for e in self.collectives
+                       if not e.op.endswith("-done"))
+
+    def count(self, op: str) -> int:
+        return self.counts()[op]
+
+    def op_ns(self) -> float:
+        """Total duration of the program's operations, summed over every device."""
+        return sum(e.duration_ns for e in self.events)
+
+    def collective_ns(self) -> float:
+        return sum(e.duration_ns for e in self.collectives)
+
+    def share(self) -> float:
+        """The collectives' share of the operations' time (0 when nothing ran)."""
+        total = self.op_ns()
+        return self.collective_ns() / total if total else 0.0
+
+    def expected_counts(self, steps: int) -> Counter:
+        """What the program says the trace must hold: each collective of the
+        compiled program, once per step and device (loops at their trip counts)."""
+        prog, want = self.program, Counter()
+        for c in prog.collectives:
+            want[c.op] += prog.trips_of(c) * steps * prog.devices
+        return want
+
+    def check(self, steps: int) -> Counter:
+        """Assert that the trace holds exactly the collectives the program launches
+        in ``steps`` steps on every device; return the counts."""
+        got, want = self.counts(), self.expected_counts(steps)
+        if got != want:
+            raise AssertionError(
+                f"the trace holds collective events {dict(got)}, but {steps} step(s) "
+                f"of the program on {self.program.devices} device(s) launch "
+                f"{dict(want)}")
+        return got
+
+    def verdict(self, steps: int, above: float | None = None,
+                below: float | None = None) -> str:
+        """The checked counts and, with ``above``/``below``, the share as a bound
+        (asserted): a sentence that holds on any CPU, with no measured float."""
+        got = self.check(steps)
+        parts = [f"{k} {got[k]}" for k in sorted(got)] or ["no collective"]
+        text = (f"the trace holds {', '.join(parts)} event(s) = {steps} step(s) x "
+                f"{self.program.devices} device(s) x the program's collectives")
+        share = self.share()
+        if above is not None:
+            if not share > above:
+                raise AssertionError(f"collectives hold {share:.1%} of the op time, "
+                                     f"not more than {above:.0%}")
+            text += f"; they hold more than {above:.0%} of the op time"
+        if below is not None:
+            if not share < below:
+                raise AssertionError(f"collectives hold {share:.1%} of the op time, "
+                                     f"not less than {below:.0%}")
+            text += f"; they hold less than {below:.0%} of the op time"
+        return text
+
+
+def _instructions(text: str) -> dict[str, str]:
+    """``{instruction name: opcode}`` of an HLO text."""
+    return {m.group(1): m.group(3) for line in text.splitlines()
+            if (m := _INSTR.match(line))}
+
+
+def from_profile(profile, program, path: str | None = None) -> Trace:
+    """A :class:`Trace` from a ``jax.profiler.ProfileData``: the events whose name is
+    an instruction of ``program`` (device planes if the trace has any, else the
+    host's, so that no operation is counted twice)."""
+    ops = _instructions(program.text)
+    planes = list(profile.planes)
+    device = [p for p in planes if p.name.startswith("/device:")]
+    events = []
+    for plane in device or planes:
+        for line in plane.lines:
+            for e in line.events:
+                if e.name in ops:
+                    events.append(Event(e.name, ops[e.name], plane.name, line.name,
+                                        float(e.start_ns), float(e.duration_ns)))
+    return Trace(events, program, path)
+
+
+def read(path, program) -> Trace:
+    """Read an ``.xplane.pb`` written by ``jax.profiler.trace`` against ``program``."""
+    import jax
+
+    return from_profile(jax.profiler.ProfileData.from_file(str(path)), program,
+                        str(path))
+
+
+def record(fn, *args, steps: int, log_dir) -> Path:
+    """Run ``fn(*args)`` ``steps`` times inside ``jax.profiler.trace(log_dir)``, each
+    step annotated (``StepTraceAnnotation``) and waited for; return the new
+    ``.xplane.pb``.  Run ``fn`` once before, so that the trace holds no compile."""
+    import jax
+
+    log_dir = Path(log_dir)
+    before = set(log_dir.glob("plugins/profile/*/*.xplane.pb"))
+    with jax.profiler.trace(str(log_dir)):
+        for i in range(steps):
+            with jax.profiler.StepTraceAnnotation("step", step_num=i):
+                jax.block_until_ready(fn(*args))
+    new = sorted(set(log_dir.glob("plugins/profile/*/*.xplane.pb")) - before)
+    if len(new) != 1:
+        raise RuntimeError(f"expected one new trace under {log_dir}, found {new}")
+    return new[0]

@@ -1,0 +1,99 @@
+"""``book.traces``: a profiler trace written, read back against the compiled program,
+and its verdicts, on 4 simulated CPU devices.
+
+* A real trace of a matmul whose contraction is split holds one all-reduce event per
+  step and device, as the compiled program says; a trace read against a program
+  without that collective, or for a wrong number of steps, fails the check.
+* The share of the collectives in the op time is computed from the events' durations
+  (a hand-written XSpace with known durations), and a bound it does not meet fails.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from shardbook import book
+
+traces = book.traces
+N = len(book.devices())
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    mesh = Mesh(np.array(book.devices()), ("k",))
+    x = jax.device_put(jnp.ones((16, 8 * N)), NamedSharding(mesh, P(None, "k")))
+    w = jax.device_put(jnp.ones((8 * N, 12)), NamedSharding(mesh, P("k", None)))
+    step = jax.jit(lambda a, b: a @ b, out_shardings=NamedSharding(mesh, P()))
+    compiled = step.lower(x, w).compile()
+    compiled(x, w).block_until_ready()
+    path = traces.record(compiled, x, w, steps=2, log_dir=tmp_path_factory.mktemp("t"))
+    other = jax.jit(lambda a: 2 * a).lower(x).compile()   # no collective
+    return path, book.Program(compiled), book.Program(other)
+
+
+def test_the_trace_holds_what_the_program_launches(traced):
+    path, program, _ = traced
+    assert path.name.endswith(".xplane.pb") and path.stat().st_size > 0
+    trace = traces.read(path, program)
+    assert trace.count("all-reduce") == 2 * N
+    assert trace.check(steps=2) == {"all-reduce": 2 * N}
+    assert 0 < trace.share() <= 1
+    assert trace.op_ns() > trace.collective_ns() > 0
+    text = trace.verdict(steps=2)
+    assert f"all-reduce {2 * N} event(s) = 2 step(s) x {N} device(s)" in text
+
+
+def test_a_wrong_program_or_step_count_fails(traced):
+    path, program, other = traced
+    with pytest.raises(AssertionError, match="launch"):
+        traces.read(path, program).check(steps=3)
+    wrong = traces.read(path, other)        # no instruction of it is an all-reduce
+    assert wrong.count("all-reduce") == 0
+    with pytest.raises(AssertionError, match="launch"):
+        traces.Trace(traces.read(path, program).events, other).check(steps=2)
+
+
+XSPACE = """
+planes {
+  id: 1
+  name: "/host:CPU"
+  lines {
+    id: 1
+    name: "device 0"
+    timestamp_ns: 1000
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 300000 }
+    events { metadata_id: 2 offset_ps: 400000 duration_ps: 100000 }
+    events { metadata_id: 3 offset_ps: 600000 duration_ps: 900000 }
+  }
+  event_metadata { key: 1 value { id: 1 name: "all-reduce.1" } }
+  event_metadata { key: 2 value { id: 2 name: "fusion" } }
+  event_metadata { key: 3 value { id: 3 name: "Rendezvous" } }
+}
+"""
+PROGRAM = """HloModule m
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %fusion = f32[4]{0} fusion(%p), kind=kLoop, calls=%f
+  ROOT %all-reduce.1 = f32[4]{0} all-reduce(%fusion), to_apply=%add
+}
+"""
+
+
+def test_the_share_is_read_from_the_durations():
+    profile = jax.profiler.ProfileData.from_text_proto(XSPACE)
+    trace = traces.from_profile(profile, book.Program(PROGRAM, "cpu"))
+    names = [e.name for e in trace.events]
+    assert names == ["all-reduce.1", "fusion"]  # Rendezvous: not an instruction
+    assert trace.share() == pytest.approx(0.75)
+    assert trace.counts() == {"all-reduce": 1}
+    assert "more than 50%" in trace.verdict(steps=1, above=0.5)
+    with pytest.raises(AssertionError, match="not more than 80%"):
+        trace.verdict(steps=1, above=0.8)
+    with pytest.raises(AssertionError, match="not less than 50%"):
+        trace.verdict(steps=1, below=0.5)
+    assert trace.events[0].op == "all-reduce" and trace.events[1].op == "fusion"
+    assert traces.collective_of("collective-permute-start") == "collective-permute"
+    assert traces.collective_of("collective-permute-done") == "collective-permute"
+    assert traces.collective_of("fusion") is None
