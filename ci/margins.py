@@ -76,9 +76,11 @@ def main() -> None:
         old = json.loads(Path(args.out).read_text())
         kept = {k: c for k, c in old["checks"].items()
                 if k not in checks and k in stored}
-        for k, c in kept.items():
-            c["measured"] = old["provenance"].get("command", "")
+        for c in kept.values():  # where each kept check was measured stays its own
+            c.setdefault("measured", old["provenance"].get("command", ""))
+    today = datetime.date.today().isoformat()
     for c in checks.values():
+        c["measured"] = f"{args.command}, {today}"
         c["worst_ratio"] = max(c["runs"].values())
         c["margin"] = None if c["worst_ratio"] == 0 else round(1 / c["worst_ratio"], 1)
         c["runs"] = dict(sorted(c["runs"].items()))

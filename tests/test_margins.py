@@ -85,3 +85,46 @@ def test_every_uncompared_cell_says_why():
             f"{row['notebook']} code cell {row['cell']} is tagged "
             "nbval-ignore-output without '# output not compared: <reason>'"
         )
+
+
+def test_an_update_keeps_where_every_other_check_was_measured(margins, tmp_path):
+    """``ci/margins --update`` over a subset rewrites only the checks it re-measured
+    (it once stamped its own command on every kept check)."""
+    import subprocess
+
+    name, check = next(iter(margins["checks"].items()))
+    row = dict(
+        check=name,
+        rtol=check["rtol"],
+        atol=check["atol"],
+        exact=check["exact"],
+        notebook=check["notebook"],
+        isa="native",
+        devices=8,
+        ratio=0.01,
+    )
+    log = tmp_path / "gaps.jsonl"
+    log.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "margins.json"
+    out.write_text(MARGINS.read_text())
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "ci" / "margins.py"),
+            str(log),
+            str(out),
+            "--update",
+            "--command",
+            "planted",
+        ],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    )
+    got = json.loads(out.read_text())["checks"]
+    assert got[name]["measured"].startswith("planted, ")  # re-measured: this run
+    for other, c in margins["checks"].items():
+        if other != name:
+            # its own record, or the file's command that measured the rest
+            want = c.get("measured", margins["provenance"]["command"])
+            assert got[other]["measured"] == want, other
