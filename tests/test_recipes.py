@@ -131,28 +131,17 @@ def _detect(monkeypatch, env):
 CLUSTERS = {
     # SLURM: any one variable missing and it is not detected
     "slurm": (
-        dict(
-            SLURM_JOB_ID="4242",
-            SLURM_STEP_NODELIST="gpu[017-020]",
-            SLURM_NTASKS="16",
-            SLURM_PROCID="13",
-            SLURM_LOCALID="1",
-        ),
-        f"gpu017:{61440 + 4242 % 4096}",
-        (16, 13, [1]),
-        "SLURM_LOCALID",
+        dict(SLURM_JOB_ID="4242", SLURM_STEP_NODELIST="gpu[017-020]", SLURM_NTASKS="16",
+             SLURM_PROCID="13", SLURM_LOCALID="1"),
+        f"gpu017:{61440 + 4242 % 4096}", (16, 13, [1]), "SLURM_LOCALID",
     ),
     # Open MPI 5 (PRRTE) sets the ranks but not OMPI_MCA_orte_hnp_uri: JAX 0.10.2
     # misses it
     "open mpi 4": (
-        dict(
-            OMPI_MCA_orte_hnp_uri="1531576320.0;tcp://10.96.0.1,10.148.0.1:34911",
-            OMPI_COMM_WORLD_SIZE="8",
-            OMPI_COMM_WORLD_RANK="5",
-            OMPI_COMM_WORLD_LOCAL_RANK="1",
-        ),
-        f"10.96.0.1:{61440 + (1531576320 // 4096) % 4096}",
-        (8, 5, [1]),
+        dict(OMPI_MCA_orte_hnp_uri="1531576320.0;tcp://10.96.0.1,10.148.0.1:34911",
+             OMPI_COMM_WORLD_SIZE="8", OMPI_COMM_WORLD_RANK="5",
+             OMPI_COMM_WORLD_LOCAL_RANK="1"),
+        f"10.96.0.1:{61440 + (1531576320 // 4096) % 4096}", (8, 5, [1]),
         "OMPI_MCA_orte_hnp_uri",
     ),
 }
@@ -314,30 +303,19 @@ def test_run_coba_initialize_kwargs():
         )
         == {}
     )
-    ompi5 = dict(
-        OMPI_COMM_WORLD_SIZE="8",
-        OMPI_COMM_WORLD_RANK="5",
-        OMPI_COMM_WORLD_LOCAL_RANK="1",
-        JAX_COORDINATOR_ADDRESS="n1:1234",
-    )
-    assert kw(ompi5) == dict(
-        coordinator_address="n1:1234",
-        num_processes=8,
-        process_id=5,
-        local_device_ids=[1],
-    )
-    mpich = dict(
-        PMI_SIZE="2",
-        PMI_RANK="1",
-        JAX_COORDINATOR_ADDRESS="127.0.0.1:9",
-        JAX_COORDINATOR_BIND_ADDRESS="127.0.0.1:9",
-    )
-    assert kw(mpich) == dict(
-        coordinator_address="127.0.0.1:9",
-        num_processes=2,
-        process_id=1,
-        coordinator_bind_address="127.0.0.1:9",
-    )
+    # (launcher's environment, what initialize gets): OpenMPI 5, then MPICH
+    cases = [
+        (dict(OMPI_COMM_WORLD_SIZE="8", OMPI_COMM_WORLD_RANK="5",
+              OMPI_COMM_WORLD_LOCAL_RANK="1", JAX_COORDINATOR_ADDRESS="n1:1234"),
+         dict(coordinator_address="n1:1234", num_processes=8, process_id=5,
+              local_device_ids=[1])),
+        (dict(PMI_SIZE="2", PMI_RANK="1", JAX_COORDINATOR_ADDRESS="127.0.0.1:9",
+              JAX_COORDINATOR_BIND_ADDRESS="127.0.0.1:9"),
+         dict(coordinator_address="127.0.0.1:9", num_processes=2, process_id=1,
+              coordinator_bind_address="127.0.0.1:9")),
+    ]
+    for env, expected in cases:
+        assert kw(env) == expected
 
 
 def _load(path):
