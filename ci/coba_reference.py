@@ -195,6 +195,7 @@ def reference(args, py) -> int:
                 duration_ms=total_ms,
                 graph=kw["graph"],
                 start=kw["start"],
+                gates=list(book.coba.nest_initial_gates()),  # for start="kick"
             )
             if conn == "book":
                 net = build(jax.devices()[:1], seed=seed, conn="index", **kw)
