@@ -29,12 +29,13 @@ by side are what carries over, not the absolute figures.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 from pathlib import Path
+
+import coba_cli  # ci/coba_cli.py
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("delivery", "steps", "model", "scaling")
@@ -111,35 +112,14 @@ def model(book, coba, args) -> dict:
     tm, gt = coba.timemodel, book.gputarget
     builder = "shardbook.gputarget_steps:coba_hh"
     deliveries = dict(index={}, event={}, push=dict(kernel="xla"))
-    jobs = [
-        dict(
-            builder=builder,
-            devices=8,
-            text=True,
-            kwargs=dict(conn=c, steps=10, neurons=840_000),
-        )
-        for c in deliveries
-    ]
+    def job(conn, neurons, **where):  # where: devices (8 unless given), hosts
+        return dict(builder=builder, text=True, **{"devices": 8, **where},
+                    kwargs=dict(conn=conn, steps=10, neurons=neurons))
+
     big = 100_800_000
-    jobs += [
-        dict(
-            builder=builder,
-            devices=8,
-            hosts=8,
-            text=True,
-            kwargs=dict(conn=c, steps=10, neurons=big),
-        )
-        for c in ("index", "push")
-    ]
-    jobs += [
-        dict(
-            builder=builder,
-            devices=1,
-            text=True,
-            kwargs=dict(conn=c, steps=10, neurons=4200),
-        )
-        for c in deliveries
-    ]
+    jobs = [job(c, 840_000) for c in deliveries]
+    jobs += [job(c, big, hosts=8) for c in ("index", "push")]
+    jobs += [job(c, 4200, devices=1) for c in deliveries]
     pending = gt.start_jobs(jobs, timeout=3600)
     censuses, measured = {}, {}
     for conn, kw in deliveries.items():
@@ -274,10 +254,7 @@ def scaling(book, coba, args) -> list:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--out", type=Path, default=ROOT / "book" / "data" / "coba_speed.json"
-    )
+    p = coba_cli.parser(__doc__, out=ROOT / "book" / "data" / "coba_speed.json")
     p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--delivery-scales", type=float, nargs="+", default=[1, 4])
@@ -286,10 +263,7 @@ def main(argv=None) -> int:
     p.add_argument("--scaling-scales", type=float, nargs="+", default=[1, 10, 60, 240])
     p.add_argument("--scaling-steps", type=int, default=200)
     args = p.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-    from shardbook import book
-
-    book.setup_devices(verbose=False)
+    book = coba_cli.book()
     coba = book.coba
     data = json.loads(args.out.read_text()) if args.out.exists() else {}
     if data.get("schema") not in (None, SCHEMA):
@@ -307,13 +281,8 @@ def main(argv=None) -> int:
             seconds=time.perf_counter() - t0,
             results=result,
         )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(data, indent=1) + "\n")
-        print(
-            f"[speed] {section} written to {args.out} "
-            f"({time.perf_counter() - t0:.0f} s)",
-            flush=True,
-        )
+        coba_cli.save(args.out, data, f"[speed] {section} written to {args.out} "
+                      f"({time.perf_counter() - t0:.0f} s)")
     return 0
 
 
