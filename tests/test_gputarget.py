@@ -153,12 +153,7 @@ JOBS = {  # what depends on the target; the table's entries: tests/test_expect.p
 @pytest.fixture(scope="module")
 def gpu():
     """One child process for every GPU-target compile of the session."""
-    if not HAVE_WHEELS:
-        pytest.skip(
-            f"GPU-target wheels not installed in {gt.target_dir()}: run "
-            "ci/install_gpu_target"
-        )
-    return {name: shared.gpu(key) for name, key in JOBS.items()}
+    return shared.gpu_programs(JOBS)
 
 
 @needs_wheels
