@@ -57,6 +57,24 @@ def _retarget_state(model, target):
     model.use_mesh(target.sharding().mesh)
 
 
+def _rnn_step(target, chapter: str, sizes: dict, shape, names, spec,
+              annotate: str = "all"):
+    """The BrainPy RNN's jitted Adam step (``make_train_step``) at ``chapter``'s sizes,
+    built on a mesh of ``shape`` named ``names``, its data laid out as ``spec``."""
+    from .rnn.model import RNN, make_train_step
+
+    c = _sizes(chapter, target, sizes)
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
+    target.mesh(shape, names)
+    with bm.sharding.device_mesh(target.build_devices(shape), list(names)):
+        model = RNN(I, H, O, B, annotate=annotate)
+    step = make_train_step(model, lr=lr)
+    _retarget_state(model, target)
+    xs = target.struct((B, T, I), jnp.float32, spec)
+    ys = target.struct((B, T, O), jnp.float32, spec)
+    return target.bm_step(step, xs, ys)
+
+
 def rnn_data_parallel(target, B=None, T=None, I=None, H=None, O=None, lr=None,
                       batch_sharded: bool = True):
     """Chapter 2: the RNN training step with the batch split over ``'batch'``.
@@ -64,39 +82,20 @@ def rnn_data_parallel(target, B=None, T=None, I=None, H=None, O=None, lr=None,
     ``batch_sharded=False`` removes the annotation: the model is built without axis names
     (``annotate="none"``) and the data are replicated, so nothing is split.
     """
-    from .rnn.model import RNN, make_train_step
-
-    c = _sizes("ch2", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
-    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
-    target.mesh((target.n,), ("batch",))
-    with bm.sharding.device_mesh(target.build_devices(), ["batch"]):
-        model = RNN(I, H, O, B, annotate="all" if batch_sharded else "none")
-    step = make_train_step(model, lr=lr)
-    _retarget_state(model, target)
-    spec = P("batch") if batch_sharded else P()
-    xs = target.struct((B, T, I), jnp.float32, spec)
-    ys = target.struct((B, T, O), jnp.float32, spec)
-    return target.bm_step(step, xs, ys)
+    return _rnn_step(target, "ch2", dict(B=B, T=T, I=I, H=H, O=O, lr=lr), (target.n,),
+                     ("batch",), P("batch") if batch_sharded else P(),
+                     annotate="all" if batch_sharded else "none")
 
 
 def rnn_hidden(target, two_d: bool = False, B=None, T=None, I=None, H=None, O=None,
                lr=None):
-    """Chapter 3: the hidden axis split over ``'hidden'`` (1-D), or ``('batch', 'hidden')``
-    with ``mesh_shape_2d(n)`` (2-D).  The data are split by ``'batch'`` where the mesh has it."""
-    from .rnn.model import RNN, make_train_step
-
-    c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
-    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
-    shape, names = ((mesh_shape_2d(target.n), ("batch", "hidden")) if two_d else ((target.n,), ("hidden",)))
-    target.mesh(shape, names)
-    with bm.sharding.device_mesh(target.build_devices(shape), list(names)):
-        model = RNN(I, H, O, B)
-    step = make_train_step(model, lr=lr)
-    _retarget_state(model, target)
-    spec = P("batch") if two_d else P()
-    xs = target.struct((B, T, I), jnp.float32, spec)
-    ys = target.struct((B, T, O), jnp.float32, spec)
-    return target.bm_step(step, xs, ys)
+    """Chapter 3: the hidden axis split over ``'hidden'`` (1-D), or ``('batch',
+    'hidden')`` with ``mesh_shape_2d(n)`` (2-D).  The data are split by ``'batch'``
+    where the mesh has it."""
+    shape, names = ((mesh_shape_2d(target.n), ("batch", "hidden")) if two_d
+                    else ((target.n,), ("hidden",)))
+    return _rnn_step(target, "ch3", dict(B=B, T=T, I=I, H=H, O=O, lr=lr), shape, names,
+                     P("batch") if two_d else P())
 
 
 # ---------------------------------------------- chapter 3's other RNN steps, for the table

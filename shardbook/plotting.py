@@ -116,19 +116,24 @@ def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device",
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
     lo = max(lo, 1e-300)
-    if binary:   # the tables' units: ticks at 4^k bytes, labelled in B, KiB, MiB, GiB
-        _binary_axis(ax, axis, lo, hi, label)
-        return
-    ticks = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-             if lo <= 10.0 ** k <= hi]
-    if not ticks:  # the data span less than one decade: one tick at the nearest power
-        ticks = [10.0 ** round(math.log10(math.sqrt(lo * hi)))]
+    # decimal: ticks at 10^k labelled kB, MB...; binary (the tables' units): ticks at
+    # 4^k labelled KiB, MiB...
+    if binary:
+        base, fmt, unit = 4, round_binary, "1 KiB = 1024 B"
+    else:
+        base, fmt, unit = 10, round_bytes, "1 kB = 1000 B"
+    log = math.log10 if base == 10 else (lambda x: math.log(x, base))
+    first, last = math.floor(log(lo)), math.ceil(log(hi))
+    ticks = [float(base) ** k for k in range(first, last + 1)
+             if lo <= float(base) ** k <= hi]
+    if not ticks:  # the data span less than one step: one tick at the nearest power
+        ticks = [float(base) ** round(log(math.sqrt(lo * hi)))]
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_locator(mticker.FixedLocator(ticks))
-    target.set_major_formatter(mticker.FixedFormatter([round_bytes(t) for t in ticks]))
+    target.set_major_formatter(mticker.FixedFormatter([fmt(t) for t in ticks]))
     target.set_minor_formatter(mticker.NullFormatter())
     if label is not None:
-        (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{label} (1 kB = 1000 B)")
+        (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{label} ({unit})")
 
 
 def round_binary(v: float) -> str:
@@ -137,23 +142,6 @@ def round_binary(v: float) -> str:
         if v >= size:
             return f"{v / size:g} {unit}"
     return f"{v:g} B"
-
-
-def _binary_axis(ax, axis, lo, hi, label):
-    import math
-
-    import matplotlib.ticker as mticker
-
-    first, last = math.floor(math.log(lo, 4)), math.ceil(math.log(hi, 4))
-    ticks = [4.0 ** k for k in range(first, last + 1) if lo <= 4.0 ** k <= hi]
-    if not ticks:
-        ticks = [4.0 ** round(math.log(math.sqrt(lo * hi), 4))]
-    target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_locator(mticker.FixedLocator(ticks))
-    target.set_major_formatter(mticker.FixedFormatter([round_binary(t) for t in ticks]))
-    target.set_minor_formatter(mticker.NullFormatter())
-    if label is not None:
-        (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{label} (1 KiB = 1024 B)")
 
 
 def legend_outside(ax, **kw) -> None:

@@ -233,27 +233,17 @@ def measure(conn: str, scale: float = 1, counts=(1, 2, 4), devices=None, steps: 
     """
     import jax
 
-    from .. import hlo
     from .network import build
     from .run import Simulation
 
     devices = list(devices) if devices is not None else jax.devices()
-    measured, text, compiled = {}, None, None
+    measured, compiled = {}, None
     for n in counts:
         net = build(devices[:n], scale=scale, conn=conn, **kwargs)
         compiled = Simulation(net, record=()).compile(steps)
         measured[n] = program_bytes(compiled)
-    neurons = net.n_exc + net.n_inh
-    text = compiled.as_text()
-    split, fixed = fit_bytes(list(measured), list(measured.values()))
-    gathered = sum(c.nbytes for c in hlo.collectives(text)
-                   if c.per_step and c.op == "all-gather")
-    counted = census_counts(text)
-    census = Census(conn, neurons, split, fixed, float(gathered),
-                    counted["collectives"], counted["launches"], counted["host_syncs"],
-                    dict(bytes="XLA:CPU cost_analysis, n = " + ", ".join(map(str, counts)),
-                         counts=f"XLA:CPU HLO, {max(counts)} device(s)",
-                         kwargs={k: str(v) for k, v in kwargs.items()}))
+    census = _census(conn, net.n_exc + net.n_inh, measured, compiled.as_text(),
+                     "XLA:CPU cost_analysis", kwargs)
     return census, measured
 
 
@@ -266,7 +256,7 @@ def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
     """
     import jax
 
-    from .. import gputarget, gputarget_steps, hlo
+    from .. import gputarget, gputarget_steps
 
     measured, text = {}, None
     for n in counts:
@@ -279,14 +269,24 @@ def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
         text = compiled.as_text()
         del compiled
     jax.clear_caches()
-    split, fixed = fit_bytes(list(measured), list(measured.values()))
-    gathered = sum(c.nbytes for c in hlo.collectives(text)
+    census = _census(conn, neurons, measured, text,
+                     "XLA:CPU cost_analysis of the program traced at size", kwargs)
+    return census, measured
+
+
+def _census(conn: str, neurons: int, measured: dict, text: str, how: str,
+            kwargs: dict) -> Census:
+    """The Census of ``conn``: the bytes fit of ``measured`` (``{n: bytes}``, read by
+    ``how``), the all-gathers and counts of the largest count's program ``text``."""
+    from .. import hlo
+
+    counts = list(measured)
+    split, fixed = fit_bytes(counts, list(measured.values()))
+    gathered = sum(c.nbytes for c in hlo.Program(text).collectives
                    if c.per_step and c.op == "all-gather")
     counted = census_counts(text)
-    census = Census(conn, neurons, split, fixed, float(gathered),
-                    counted["collectives"], counted["launches"], counted["host_syncs"],
-                    dict(bytes="XLA:CPU cost_analysis of the program traced at size, n = "
-                               + ", ".join(map(str, counts)),
-                         counts=f"XLA:CPU HLO, {max(counts)} device(s)",
-                         kwargs={k: str(v) for k, v in kwargs.items()}))
-    return census, measured
+    return Census(conn, neurons, split, fixed, float(gathered),
+                  counted["collectives"], counted["launches"], counted["host_syncs"],
+                  dict(bytes=f"{how}, n = " + ", ".join(map(str, counts)),
+                       counts=f"XLA:CPU HLO, {max(counts)} device(s)",
+                       kwargs={k: str(v) for k, v in kwargs.items()}))
