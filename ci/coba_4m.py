@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     spikes = sum(int(c.sum()) for c in counts.values())
     events = sum(float(counts[p] @ deg[p]) for p in counts) / args.steps
     text = sim.compiled[args.steps].as_text()
-    step = [c for c in book.hlo.collectives(text) if c.per_step]
+    step = [c for c in book.Program(text).collectives if c.per_step]
     pred = coba.predict(net.n_exc, net.n_inh, n, "push", graph="rows", counters=True)
     got = coba.measured_bytes(net)
     xla = coba.compiled_stats(sim.compiled[args.steps])

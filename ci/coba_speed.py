@@ -33,6 +33,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import coba_cli  # ci/coba_cli.py
@@ -130,8 +131,11 @@ def model(book, coba, args) -> dict:
         print(f"[model] {conn}: {censuses[conn]}", flush=True)
     reports = pending.result()
     out = dict(census={}, measured={}, curves={}, gpu8={}, plan64={})
+    def collectives(prog):  # JSON-ready
+        return [asdict(c) for c in prog.collectives]
+
     for (conn, _), rep in zip(deliveries.items(), reports[:3]):
-        counts = tm.census_counts(rep.pop("text"))
+        counts = tm.census_counts(rep.text)
         c = censuses[conn]
         c.kernels, c.collectives, c.host_syncs = (
             counts["launches"],
@@ -142,27 +146,27 @@ def model(book, coba, args) -> dict:
         out["census"][conn] = c.asdict()
         out["measured"][conn] = {str(n): b for n, b in measured[conn].items()}
         out["gpu8"][conn] = dict(
-            memory=rep["memory"],
-            collectives=rep["collectives"],
+            memory=rep.memory,
+            collectives=collectives(rep),
             counts=counts,
-            compile_s=rep["compile_s"],
+            compile_s=rep.meta["compile_s"],
         )
         out["curves"][conn] = tm.curve(c.at(big))
     out["gpu1"] = {}
     for conn, rep in zip(deliveries, reports[5:]):
         out["gpu1"][conn] = dict(
-            memory=rep["memory"],
-            collectives=rep["collectives"],
-            counts=tm.census_counts(rep.pop("text")),
-            compile_s=rep["compile_s"],
+            memory=rep.memory,
+            collectives=collectives(rep),
+            counts=tm.census_counts(rep.text),
+            compile_s=rep.meta["compile_s"],
         )
     n_exc = round(0.8 * big)
     for conn, rep in zip(("index", "push"), reports[3:5]):
-        counts = tm.census_counts(rep.pop("text"))
-        step = [c for c in rep["collectives"] if c["per_step"]]
+        counts = tm.census_counts(rep.text)
+        step = [c for c in collectives(rep) if c["per_step"]]
         exchange = sum(c["nbytes"] for c in step)
         pred = coba.predict(n_exc, big - n_exc, 64, conn, counters=True, platform="gpu")
-        assert rep["memory"]["arguments"] == pred["arguments"], (rep["memory"], pred)
+        assert rep.memory["arguments"] == pred["arguments"], (rep.memory, pred)
         caps = [coba.push.spike_capacity(m // 64) for m in (n_exc, big - n_exc)]
         want = big if conn == "index" else 4 * 64 * sum(caps)  # bools, or int32 ids
         assert exchange == want, (conn, exchange, want)
@@ -177,7 +181,7 @@ def model(book, coba, args) -> dict:
             neurons=big,
             devices=64,
             hosts=8,
-            memory=rep["memory"],
+            memory=rep.memory,
             predicted=pred,
             exchange_bytes_per_step=exchange,
             collectives=step,
@@ -188,7 +192,7 @@ def model(book, coba, args) -> dict:
         )
         print(
             f"[model] 64 x H200, {big:,} neurons, {conn}: "
-            f"{rep['memory']['arguments'] / 1e9:.2f} GB arguments per GPU, "
+            f"{rep.memory['arguments'] / 1e9:.2f} GB arguments per GPU, "
             f"{exchange:,} B exchanged per step, {tm.s_per_sim_s(c, 64):.3f} s per "
             f"simulated s ({tm.dominant(c, 64)})",
             flush=True,
@@ -218,7 +222,8 @@ def scaling(book, coba, args) -> list:
                 / args.scaling_steps
             )
             text = sim.compiled[args.scaling_steps].as_text()
-            exchange = sum(c.nbytes for c in book.hlo.collectives(text) if c.per_step)
+            exchange = sum(c.nbytes for c in book.Program(text).collectives
+                           if c.per_step)
             got = coba.measured_bytes(net)
             row = dict(
                 neurons=n,

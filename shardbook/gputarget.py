@@ -51,7 +51,7 @@ from . import child
 __all__ = [
     "PINS", "TARGETS", "GpuTargetError", "Jobs", "Pending", "Target", "compile_here",
     "cache_key", "cache_load", "compile_jobs", "device_info", "install", "prune_cache",
-    "source_digest", "spec_text", "start_jobs", "table", "target_dir", "traffic", "wheels_installed",
+    "source_digest", "spec_text", "start_jobs", "target_dir", "wheels_installed",
 ]
 
 # The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; tested).
@@ -503,17 +503,6 @@ def _main(argv: list[str]) -> int:
         return 0
     print("usage: python -m shardbook.gputarget install [DIR]", file=sys.stderr)
     return 2
-
-
-# --- compat: notebooks not yet migrated (issue 18); remove with them
-def table(rep, title: str = "") -> str:
-    """``rep.table(title)``: the collectives of a compiled program, per place."""
-    return rep.table(title)
-
-
-def traffic(rep, trips: int) -> tuple[int, int]:
-    """``rep.traffic(trips)``: launches and result bytes per call."""
-    return rep.traffic(trips)
 
 
 if __name__ == "__main__":

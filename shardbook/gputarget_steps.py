@@ -29,10 +29,8 @@ from .config import config
 from .devices import divisible_size, mesh_shape_2d
 from .rnn.sizes import grad_bytes
 
-__all__ = [  # ALL_GATHER_COMBINE_BYTES and check_*: compat, at the end
-    "ALL_GATHER_COMBINE_BYTES", "CH2", "CH3", "FSDP", "check_coba_cpu", "check_coba_gpu",
-    "check_data_parallel_cpu", "check_data_parallel_gpu", "check_fsdp_cpu",
-    "check_fsdp_gpu", "check_rnn_hidden_cpu", "check_rnn_hidden_gpu", "coba_hh",
+__all__ = [
+    "CH2", "CH3", "FSDP", "coba_hh",
     "fsdp_mlp", "rnn_data_parallel", "rnn_forward", "rnn_fsdp", "rnn_functional",
     "rnn_grad_bytes", "rnn_hidden", "rnn_hidden_rows", "rnn_shard_map",
     "tiny_data_parallel",
@@ -359,84 +357,6 @@ def _resize_deliveries(net, small, big, devices: int):
             for key, value in sizes.items():
                 setattr(obj, key, value)
     return out, apply
-
-
-# --- compat: notebooks not yet migrated (issue 18); remove with them
-# The old pattern checks, now entries of shardbook/expectations.toml (shardbook.expect).
-def _expect():
-    from . import expect
-
-    return expect
-
-
-# XLA:GPU's all-gather combine threshold, from the table (chapter 6's exercise sizes)
-ALL_GATHER_COMBINE_BYTES = _expect().table()["meta"]["constants"]["combine"]
-
-
-def _on(rep, compiler: str):
-    if rep.compiler != compiler:
-        raise AssertionError(f"an XLA:{str(rep.compiler).upper()} program, not XLA:"
-                             f"{compiler.upper()}")
-
-
-def _rows(rep):
-    return [(c.op, c.async_, c.loop, c.phase, c.shapes, c.nbytes) for c in rep.collectives]
-
-
-def check_data_parallel_gpu(rep, grad_bytes: int):
-    """XLA:GPU: one async all-reduce of the gradients and the loss (``rnn.dp``)."""
-    if len(rep.collectives) != 1:   # the message chapter 6 shows
-        raise AssertionError(f"expected one collective, got {_rows(rep)}")
-    _on(rep, "gpu")
-    _expect().check("rnn.dp", rep, grad_bytes=grad_bytes - 4)
-
-
-def check_data_parallel_cpu(rep, grad_bytes: int, loop: bool = True):
-    """XLA:CPU: the tuple all-reduce of the gradients, in the backward loop
-    (``rnn.dp``; ``loop=False``: ``tiny.dp``)."""
-    _on(rep, "cpu")
-    _expect().check("rnn.dp" if loop else "tiny.dp", rep, grad_bytes=grad_bytes)
-
-
-def check_rnn_hidden_gpu(rep, B, T, H, O, n_hidden: int, n_batch: int = 1,
-                         grad_bytes: int | None = None):
-    """XLA:GPU, hidden axis split (``rnn.hidden``; with a batch axis ``rnn.2d``)."""
-    _on(rep, "gpu")
-    if n_batch == 1:
-        _expect().check("rnn.hidden", rep, B=B, T=T, H=H, O=O, n=n_hidden)
-    else:
-        _expect().check("rnn.2d", rep, B=B, T=T, H=H, O=O, nb=n_batch, nh=n_hidden,
-                        grad_bytes=grad_bytes - 4)
-
-
-def check_rnn_hidden_cpu(rep, B, H, O, n_hidden: int, n_batch: int = 1):
-    """XLA:CPU, hidden axis split (``rnn.hidden``)."""
-    _on(rep, "cpu")
-    _expect().check("rnn.hidden", rep, B=B, H=H, O=O, n=n_hidden)
-
-
-def check_coba_gpu(rep, n_exc: int, n_inh: int):
-    """XLA:GPU: the E and I spikes all-gathered asynchronously (``coba.step``)."""
-    _on(rep, "gpu")
-    _expect().check("coba.step", rep, exc=n_exc, inh=n_inh)
-
-
-def check_coba_cpu(rep, n_exc: int, n_inh: int):
-    """XLA:CPU: two synchronous all-gathers per step (``coba.step``)."""
-    _on(rep, "cpu")
-    _expect().check("coba.step", rep, exc=n_exc, inh=n_inh)
-
-
-def check_fsdp_gpu(rep, D: int, layers: int, n: int):
-    """XLA:GPU, FSDP of the MLP (``mlp.fsdp``)."""
-    _on(rep, "gpu")
-    _expect().check("mlp.fsdp", rep, D=D, layers=layers, n=n)
-
-
-def check_fsdp_cpu(rep, D: int, layers: int):
-    """XLA:CPU, FSDP of the MLP (``mlp.fsdp``)."""
-    _on(rep, "cpu")
-    _expect().check("mlp.fsdp", rep, D=D, layers=layers)
 
 
 def sparse_index(target, N: int = 840, K: int = 84):

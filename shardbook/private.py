@@ -72,7 +72,7 @@ def require(package: str, pinned: str, what: str) -> None:
         raise PrivateAPIError(
             f"{what} uses private internals of {package} {pinned}, the version this book "
             f"pins (requirements.txt); {have} is installed. Install {package}=={pinned}, "
-            f"or check shardbook/jax_private.py against {package} {have}.")
+            f"or check shardbook/private.py against {package} {have}.")
 
 
 def require_jax(what: str) -> None:

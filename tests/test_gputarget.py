@@ -200,28 +200,6 @@ def test_resizing_a_coba_compile_is_exact(gpu):
     assert gpu["coba_resized"].collectives == gpu["coba"].collectives
 
 
-@needs_wheels
-def test_the_compat_report_view_of_a_program(gpu):
-    """Notebooks not yet migrated read a Program as the old report dict."""
-    rep = gpu["coba"]
-    assert rep["memory"] is rep.memory and rep["target"] == "8 x NVIDIA H200"
-    assert rep["collectives"] == [
-        {
-            "op": "all-gather",
-            "async": True,
-            "loop": 0,
-            "per_step": True,
-            "backward": False,
-            "shapes": ["pred[3360]", "pred[840]"],
-            "nbytes": 4200,
-            "computation": rep.collectives[0].computation,
-        }
-    ]
-    assert gt.traffic(rep, 10) == rep.traffic(10) == (10, 42000)
-    assert gt.table(rep, "t") == rep.table("t")
-    assert rep["child_s"] > 0
-
-
 @pytest.mark.skipif(
     __import__("importlib").util.find_spec("jax_cuda12_plugin") is not None,
     reason="this environment itself has JAX's CUDA plugin (a GPU install)",

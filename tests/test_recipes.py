@@ -189,9 +189,9 @@ def test_initialize_kwargs():
 def test_train_rnn_under_fake_slurm(tmp_path):
     """Two processes x 2 CPU devices, with the variables srun sets, on 127.0.0.1
     only."""
-    from shardbook.multiprocess import free_port
+    from shardbook import book
 
-    port = free_port()
+    port = book.multiprocess.free_port()
     ckpt = tmp_path / "ckpt"
     base = {
         k: v
@@ -257,7 +257,11 @@ def test_train_rnn_under_fake_slurm(tmp_path):
 
     import brainpy.math as bm
 
-    from shardbook.models import RNN, make_task, make_train_step
+    from shardbook import book
+
+    RNN, make_task, make_train_step = (
+        book.rnn.RNN, book.rnn.make_task, book.rnn.make_train_step
+    )
 
     with bm.sharding.device_mesh(np.array(jax.devices()), ["hidden"]):
         model = RNN(8, 8, 8, 4, seed=0)
@@ -334,8 +338,11 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     loopback (and the JAX coordinator is among them, so the check is not vacuous);
     the spike rasters that the ranks write equal this process's run bit for bit.
     """
-    from shardbook import verify
-    from shardbook.multiprocess import child_env, free_port
+    from shardbook import book
+
+    verify, child_env, free_port = (
+        book.verify, book.multiprocess.child_env, book.multiprocess.free_port
+    )
 
     port = free_port()
     env = child_env(dict(BOOK_COORDINATOR_PORT=str(port), DEVICES_PER_RANK="1"))
@@ -359,8 +366,9 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     import jax
     import numpy as np
 
-    from shardbook import coba
+    from shardbook import book
 
+    coba = book.coba
     net = coba.build(jax.devices()[:2], scale=scale, seed=0)
     ref = coba.Simulation(net, record=("spike",)).run(steps)
     ranks, whole = {}, {}
@@ -388,9 +396,9 @@ def test_jax_mpi4py_detector_under_mpiexec(tmp_path):
         "sys.stdout.write('DETECTED ' + line + '\\n')\n"
         "sys.stdout.flush()\n"
     )
-    from shardbook.multiprocess import child_env
+    from shardbook import book
 
-    env = child_env(dict(FI_PROVIDER="shm"))
+    env = book.multiprocess.child_env(dict(FI_PROVIDER="shm"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     r = pyrun.run(
         ["mpiexec.gforker", "-n", "2", sys.executable, str(script)],

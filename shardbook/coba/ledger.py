@@ -195,7 +195,7 @@ def compiled_stats(compiled) -> dict:
     it reports one (XLA:CPU's leaves the temporaries out: it equals arguments + outputs
     for these programs); ``constants`` are the arrays baked into the program text.
     """
-    from ..hlo import constant_bytes
+    from ..hlo import Program
 
     m = compiled.memory_analysis()
     if isinstance(m, (list, tuple)):
@@ -205,7 +205,7 @@ def compiled_stats(compiled) -> dict:
     out["peak"] = (out["arguments"] + out["outputs"] - out["aliased"]
                    + out["temporaries"])
     out["xla_peak"] = int(getattr(m, "peak_memory_in_bytes", 0) or 0)
-    out["constants"] = constant_bytes(compiled)
+    out["constants"] = Program(compiled.as_text()).constant_bytes()
     return out
 
 
