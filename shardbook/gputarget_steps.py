@@ -1,13 +1,13 @@
 """The book's sharded steps, built for any mesh: what ``shardbook.gputarget`` compiles.
 
-Each builder takes a :class:`shardbook.gputarget.Target` and returns ``(jitted, args)``: a
-plain ``jax.jit`` function and its arguments as ``jax.ShapeDtypeStruct``\\ s on the target's
-mesh.  The models are the chapters' own (``shardbook.rnn``, ``shardbook.coba``), at the
-chapters' sizes for the target's device count (``shardbook.config``).  They are built on
-devices that can hold arrays (the compile child's simulated CPU devices, or the notebook's
-own devices), in a mesh of the same shape and axis names as the target's.  Shardings that a
-model keeps (``RNN.use_mesh``, ``COBAHH.replicated``) are pointed at the target mesh before
-the step is traced.
+Each builder takes a :class:`shardbook.gputarget.Target` and returns ``(jitted, args)``:
+a plain ``jax.jit`` function and its arguments as ``jax.ShapeDtypeStruct``\\ s on the
+target's mesh.  The models are the chapters' own (``shardbook.rnn``,
+``shardbook.coba``), at the chapters' sizes for the target's device count
+(``shardbook.config``).  They are built on devices that can hold arrays (the compile
+child's simulated CPU devices, or the notebook's own devices), in a mesh of the same
+shape and axis names as the target's. Shardings that a model keeps (``RNN.use_mesh``,
+``COBAHH.replicated``) are pointed at the target mesh before the step is traced.
 
 Every builder works for any device count (the configuration rounds sizes up to divide).
 What each compiler makes of these steps is in ``shardbook/expectations.toml``
@@ -19,11 +19,11 @@ from __future__ import annotations
 import warnings
 from math import gcd
 
-import brainpy.math as bm
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import brainpy.math as bm
 
 from .config import config
 from .devices import divisible_size, mesh_shape_2d
@@ -77,8 +77,8 @@ def rnn_data_parallel(target, B=None, T=None, I=None, H=None, O=None, lr=None,
                       batch_sharded: bool = True):
     """Chapter 2: the RNN training step with the batch split over ``'batch'``.
 
-    ``batch_sharded=False`` removes the annotation: the model is built without axis names
-    (``annotate="none"``) and the data are replicated, so nothing is split.
+    ``batch_sharded=False`` removes the annotation: the model is built without axis
+    names (``annotate="none"``) and the data are replicated, so nothing is split.
     """
     return _rnn_step(target, "ch2", dict(B=B, T=T, I=I, H=H, O=O, lr=lr), (target.n,),
                      ("batch",), P("batch") if batch_sharded else P(),
@@ -96,9 +96,13 @@ def rnn_hidden(target, two_d: bool = False, B=None, T=None, I=None, H=None, O=No
                      P("batch") if two_d else P())
 
 
-# ---------------------------------------------- chapter 3's other RNN steps, for the table
+# ------------------------------------------- chapter 3's other RNN steps, for the table
 _F32 = jnp.float32
-_SPLIT = {"win": P(None, "hidden"), "wrec": P(None, "hidden"), "wout": P("hidden", None)}
+_SPLIT = {
+    "win": P(None, "hidden"),
+    "wrec": P(None, "hidden"),
+    "wout": P("hidden", None),
+}
 
 
 def _weights(target, I, H, O, specs):
@@ -164,8 +168,9 @@ def rnn_shard_map(target, B=None, T=None, I=None, H=None, O=None):
 
 def rnn_fsdp(target, B=None, T=None, I=None, H=None, O=None,
              lr=None):
-    """Chapter 3: one FSDP Adam step of the RNN (``shardbook.rnn.pure.fsdp_train_step``):
-    batch, weights and moments split over ``'batch'``."""
+    """Chapter 3: one FSDP Adam step of the RNN
+    (``shardbook.rnn.pure.fsdp_train_step``): batch, weights and moments split over
+    ``'batch'``."""
     from .rnn.pure import fsdp_specs, fsdp_train_step
 
     c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
@@ -200,8 +205,9 @@ def rnn_functional(target, B=None, T=None, I=None, H=None, O=None,
 
 
 def fsdp_mlp(target, B=None, D=None, layers=None, lr=1e-2, params_sharded: bool = True):
-    """Fully sharded data parallelism in plain JAX: the batch AND every weight matrix split
-    over ``'batch'`` (rows), each weight all-gathered just before its layer uses it.
+    """Fully sharded data parallelism in plain JAX: the batch AND every weight matrix
+    split over ``'batch'`` (rows), each weight all-gathered just before its layer uses
+    it.
 
     ``params_sharded=False`` keeps the weights replicated: plain data parallelism.
     """
@@ -214,7 +220,8 @@ def fsdp_mlp(target, B=None, D=None, layers=None, lr=1e-2, params_sharded: bool 
     def loss(params, x):
         h = x
         for w in params:
-            if params_sharded:  # gather the whole matrix where it is used: the FSDP all-gather
+            # gather the whole matrix where it is used: the FSDP all-gather
+            if params_sharded:
                 w = jax.lax.with_sharding_constraint(w, full)
             h = jnp.tanh(h @ w)
         return jnp.mean(h ** 2)
@@ -230,8 +237,8 @@ def fsdp_mlp(target, B=None, D=None, layers=None, lr=1e-2, params_sharded: bool 
 
 
 def tiny_data_parallel(target, B=64, D=32, batch_sharded: bool = True):
-    """The smallest data-parallel step: two weight matrices, replicated; a batch split over
-    ``'batch'`` (or replicated, with ``batch_sharded=False``).  For the tests."""
+    """The smallest data-parallel step: two weight matrices, replicated; a batch split
+    over ``'batch'`` (or replicated, with ``batch_sharded=False``).  For the tests."""
     target.mesh((target.n,), ("batch",))
 
     def step(ws, x):
@@ -245,26 +252,36 @@ def tiny_data_parallel(target, B=64, D=32, batch_sharded: bool = True):
     return jax.jit(step), (ws, x)
 
 
-# COBA-HH: resized compiles build the network at this small scale and trace it at the size asked
-# for. 672 E + 168 I: both divide by 1..8 and neither equals an in-degree (64, 16) or a step count.
+# COBA-HH: resized compiles build the network at this small scale and trace it at the
+# size asked for. 672 E + 168 I: both divide by 1..8 and neither equals an in-degree
+# (64, 16) or a step count.
 _SMALL_SCALE = 0.2
 
 
-def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neurons: int | None = None,
-            gather: bool = True, conn: str = "index", kernel: str = "auto",
-            spike_capacity: float | None = None):
-    """Chapter 4: the COBA-HH loop (``coba.Simulation``), ``steps`` steps, split over ``'neuron'``.
+def coba_hh(
+    target,
+    scale: float = 1,
+    steps: int = 100,
+    record=("count",),
+    neurons: int | None = None,
+    gather: bool = True,
+    conn: str = "index",
+    kernel: str = "auto",
+    spike_capacity: float | None = None,
+):
+    """Chapter 4: the COBA-HH loop (``coba.Simulation``), ``steps`` steps, split over
+    ``'neuron'``.
 
-    ``neurons`` (a multiple of 4200, 80 % E): compile for that size without building it.  The
-    network is built at a small scale and each state is traced at the size asked for, through a
-    zero-memory stand-in (:meth:`Target.bm_step`'s ``resize``); every shape in the step comes
-    from the state, so the program is the one the full network compiles to
-    (``tests/test_gputarget.py`` checks that at 4200 neurons).
+    ``neurons`` (a multiple of 4200, 80 % E): compile for that size without building it.
+    The network is built at a small scale and each state is traced at the size asked
+    for, through a zero-memory stand-in (:meth:`Target.bm_step`'s ``resize``); every
+    shape in the step comes from the state, so the program is the one the full network
+    compiles to (``tests/test_gputarget.py`` checks that at 4200 neurons).
     ``gather=False`` removes the annotation that makes every device see every spike
     (``COBAHH.replicated`` set to ``None``).
-    ``conn``: the delivery (``"index"``, ``"event"``, ``"push"``); for the CSR deliveries the
-    per-device sizes their code keeps (buffer capacities, block sizes) are recomputed at the
-    size asked for (:func:`_resize_deliveries`).
+    ``conn``: the delivery (``"index"``, ``"event"``, ``"push"``); for the CSR
+    deliveries the per-device sizes their code keeps (buffer capacities, block sizes)
+    are recomputed at the size asked for (:func:`_resize_deliveries`).
     """
     from . import coba
 
@@ -273,8 +290,9 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
     small_scale = _SMALL_SCALE * (target.n // gcd(840, target.n))
     build_scale = small_scale if neurons is not None else scale
     extra = {} if spike_capacity is None else dict(spike_capacity=spike_capacity)
-    net = coba.build(target.build_devices(), scale=build_scale, conn=conn, kernel=kernel,
-                     **extra)
+    net = coba.build(
+        target.build_devices(), scale=build_scale, conn=conn, kernel=kernel, **extra
+    )
     net.mesh = mesh
     net.replicated = NamedSharding(mesh, P()) if gather else None
     for obj in _delivery_objects(net):
@@ -292,7 +310,8 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
     size_map.update(shapes)
     applied = []
 
-    def resize(shape):  # called per state, after the states were found at the small size
+    # called per state, after the states were found at the small size
+    def resize(shape):
         if not applied:
             apply_sizes()  # the deliveries' static sizes, for the trace at size
             applied.append(True)
@@ -304,7 +323,8 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
 
 
 def _delivery_objects(net):
-    """The network's CSR delivery objects (``EventCSR`` and its kinds, the exchanges)."""
+    """The network's CSR delivery objects (``EventCSR`` and its kinds, the
+    exchanges)."""
     from .coba.events import EventCSR
 
     out = list(net.exchanges.values())

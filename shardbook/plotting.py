@@ -28,7 +28,9 @@ def owner_map(x: Any, axis: int) -> list[list[int]]:
     return [sorted(o) for o in owners]
 
 
-def plot_axis_ownership(x: Any, axis_labels: Sequence[str] | None = None, ax=None, title: str | None = None):
+def plot_axis_ownership(
+    x: Any, axis_labels: Sequence[str] | None = None, ax=None, title: str | None = None
+):
     """Draw each axis of ``x`` as a bar, split into the blocks that each device owns.
 
     Works for any number of dimensions, e.g. (batch, time, neuron).  Three cases look
@@ -79,11 +81,15 @@ def plot_axis_ownership(x: Any, axis_labels: Sequence[str] | None = None, ax=Non
                     edgecolor=edge, hatch=hatch)
             ax.text((start + stop) / 2 / n, row, text, ha="center", va="center",
                     fontsize=8)
-    ax.set_yticks(range(arr.ndim), [f"{lab} ({arr.shape[i]})" for i, lab in enumerate(labels)])
+    ax.set_yticks(
+        range(arr.ndim), [f"{lab} ({arr.shape[i]})" for i, lab in enumerate(labels)]
+    )
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xticks([])
-    ax.set_title(title or f"which device holds each slice: {arr.dtype}{list(arr.shape)}")
+    ax.set_title(
+        title or f"which device holds each slice: {arr.dtype}{list(arr.shape)}"
+    )
     return ax
 
 
@@ -104,7 +110,8 @@ def round_bytes(v: float) -> str:
 
 def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device",
               binary: bool = False) -> None:
-    """Make ``axis`` of ``ax`` a log byte axis with ticks at powers of ten, round labels.
+    """Make ``axis`` of ``ax`` a log byte axis with ticks at powers of ten, round
+    labels.
 
     Call it after the data are plotted (and limits are set): the ticks are the powers of
     ten inside the axis limits, labelled ``1 kB``, ``10 kB``, ``100 kB``, ``1 MB``...
@@ -151,8 +158,12 @@ def legend_outside(ax, **kw) -> None:
 
 
 def plot_bytes_vs_devices(
-    counts: Sequence[int], series: dict[str, Sequence[float]], ax=None, title: str = "bytes per device",
-    predicted: dict[str, Sequence[float]] | None = None, binary: bool = False,
+    counts: Sequence[int],
+    series: dict[str, Sequence[float]],
+    ax=None,
+    title: str = "bytes per device",
+    predicted: dict[str, Sequence[float]] | None = None,
+    binary: bool = False,
 ):
     """Bytes per device against device count, one line per strategy (log-log).
 
@@ -173,9 +184,18 @@ def plot_bytes_vs_devices(
             continue
         line, = ax.plot(counts, values, "o-", label=f"{name} (measured)")
         if predicted and name in predicted:
-            ax.plot(counts, predicted[name], "--", color=line.get_color(), alpha=0.6, label=f"{name} (predicted)")
+            ax.plot(
+                counts,
+                predicted[name],
+                "--",
+                color=line.get_color(),
+                alpha=0.6,
+                label=f"{name} (predicted)",
+            )
     if binary and predicted:
-        ax.plot([], [], "-", color="0.5", lw=7, alpha=0.25, label="pale band: predicted")
+        ax.plot(
+            [], [], "-", color="0.5", lw=7, alpha=0.25, label="pale band: predicted"
+        )
         ax.plot([], [], "o-", color="0.3", ms=5, lw=1.2, label="markers: measured")
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(counts), [str(c) for c in counts])

@@ -75,8 +75,8 @@ _STATE: dict = {}
 def _build():
     """Compile the two handlers with numba; returns {name: cfunc}."""
     import numba
-    from numba import types
     from llvmlite import ir
+    from numba import types
     from numba.extending import intrinsic
 
     major, minor = api_version()
@@ -107,7 +107,9 @@ def _build():
         sig = types.CPointer(ty)(types.int64, dtype)
 
         def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+            return builder.inttoptr(
+                args[0], context.get_value_type(signature.return_type)
+            )
         return sig, codegen
 
     @numba.njit(inline="always")
@@ -129,8 +131,8 @@ def _build():
         n = _at(_at(buf, _BUF_DIMS), 0)
         return numba.carray(_view(_at(buf, _BUF_DATA), dtype), (n,))
 
-    # XLA_FFI_Error* handler(XLA_FFI_CallFrame*): both pointers travel as 64-bit integers
-    # (the same registers in the x86-64 and aarch64 C ABIs); 0 is success.
+    # XLA_FFI_Error* handler(XLA_FFI_CallFrame*): both pointers travel as 64-bit
+    # integers (the same registers in the x86-64 and aarch64 C ABIs); 0 is success.
     sig = types.int64(types.int64)
 
     def handler(kernel):
@@ -195,14 +197,18 @@ def _register() -> bool:
         _STATE["error"] = "the call-frame offsets assume 64-bit pointers"
         return False
     if api_version() not in TESTED_API_VERSIONS:
-        _STATE["error"] = (f"XLA FFI C API {api_version()} is not one whose layout these "
-                           f"kernels were checked against ({sorted(TESTED_API_VERSIONS)})")
+        _STATE["error"] = (
+            f"XLA FFI C API {api_version()} is not one whose layout these "
+            f"kernels were checked against ({sorted(TESTED_API_VERSIONS)})"
+        )
         return False
     try:
         funcs = _build()
         for name, fn in funcs.items():
             capsule = jax.ffi.pycapsule(ctypes.cast(fn.address, ctypes.c_void_p).value)
-            jax.ffi.register_ffi_target(f"shardbook_coba_{name}", capsule, platform="cpu")
+            jax.ffi.register_ffi_target(
+                f"shardbook_coba_{name}", capsule, platform="cpu"
+            )
         _STATE["funcs"] = funcs  # keep the machine code alive while XLA may call it
         _self_test()
         return True
@@ -259,16 +265,24 @@ def compact(spikes, capacity: int):
     import jax
     import jax.numpy as jnp
 
-    out = (jax.ShapeDtypeStruct((capacity,), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32))
-    return jax.ffi.ffi_call("shardbook_coba_compact", out, vmap_method="sequential")(spikes)
+    out = (
+        jax.ShapeDtypeStruct((capacity,), jnp.int32),
+        jax.ShapeDtypeStruct((1,), jnp.int32),
+    )
+    return jax.ffi.ffi_call("shardbook_coba_compact", out, vmap_method="sequential")(
+        spikes
+    )
 
 
 def push(ids, indptr, indices, n_local: int):
-    """``(counts float32[n_local], events int32[1])``: one count per synapse of each valid
-    source id, and the number of those synapses (CPU only)."""
+    """``(counts float32[n_local], events int32[1])``: one count per synapse of each
+    valid source id, and the number of those synapses (CPU only)."""
     import jax
     import jax.numpy as jnp
 
-    out = (jax.ShapeDtypeStruct((n_local,), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.int32))
+    out = (
+        jax.ShapeDtypeStruct((n_local,), jnp.float32),
+        jax.ShapeDtypeStruct((1,), jnp.int32),
+    )
     return jax.ffi.ffi_call("shardbook_coba_push", out, vmap_method="sequential")(
         ids, indptr, indices)

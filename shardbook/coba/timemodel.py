@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 __all__ = ["HARDWARE", "SOURCES", "Census", "Term", "fit_bytes", "program_bytes",
-           "census_counts", "allgather_latency", "link_seconds", "terms", "step_seconds",
-           "dominant", "curve", "check_bytes", "s_per_sim_s", "DEVICE_COUNTS",
-           "predicted_bytes", "measure", "measure_at"]
+           "census_counts", "allgather_latency", "link_seconds", "terms",
+           "step_seconds", "dominant", "curve", "check_bytes", "s_per_sim_s",
+           "DEVICE_COUNTS", "predicted_bytes", "measure", "measure_at"]
 
 from ..hardware import HARDWARE, SOURCES, allgather_latency, link_seconds  # noqa: E402
 
@@ -84,7 +84,8 @@ class Term:
 
 
 def fit_bytes(counts, measured) -> tuple[float, float]:
-    """Least-squares ``(split, fixed)`` with ``measured[i] ~ split / counts[i] + fixed``."""
+    """Least-squares ``(split, fixed)`` with ``measured[i] ~ split / counts[i] +
+    fixed``."""
     x = np.stack([1 / np.asarray(counts, float), np.ones(len(counts))], axis=1)
     (split, fixed), *_ = np.linalg.lstsq(x, np.asarray(measured, float), rcond=None)
     return float(split), float(fixed)
@@ -139,8 +140,12 @@ def census_counts(text: str) -> dict:
     kernels = [op for op in ops if op not in _NOT_KERNELS]
     collectives = sum(bool(_COLLECTIVE.match(op)) for op in ops)
     syncs = sum(1 for parent, _, known in bodies if parent == body and not known)
-    return dict(kernels=len(kernels), launches=_launches(kernels), collectives=collectives,
-                host_syncs=syncs)
+    return dict(
+        kernels=len(kernels),
+        launches=_launches(kernels),
+        collectives=collectives,
+        host_syncs=syncs,
+    )
 
 
 # XLA:GPU's defaults (xla/debug_options_flags.cc): fusions, library and custom calls are
@@ -190,7 +195,8 @@ def dominant(c: Census, n: int, hw: dict = HARDWARE) -> str:
 
 
 def curve(c: Census, counts=DEVICE_COUNTS, hw: dict = HARDWARE) -> dict:
-    """Plot data: per device count, each term's seconds, the total and the dominant term."""
+    """Plot data: per device count, each term's seconds, the total and the dominant
+    term."""
     rows = []
     for n in counts:
         ts = terms(c, n, hw)
@@ -202,7 +208,8 @@ def curve(c: Census, counts=DEVICE_COUNTS, hw: dict = HARDWARE) -> dict:
 
 
 def predicted_bytes(c: Census, n: int, hw: dict = HARDWARE) -> float:
-    """Bytes per device and step that the memory terms charge (inverted from seconds)."""
+    """Bytes per device and step that the memory terms charge (inverted from
+    seconds)."""
     return sum(t.seconds for t in terms(c, n, hw)
                if t.name.startswith("memory")) * hw["hbm_bytes_per_s"]
 
@@ -262,8 +269,9 @@ def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
     for n in counts:
         target = gputarget.Target("cpu")
         target.devices, target.n = target.devices[:n], n
-        fn, args = gputarget_steps.coba_hh(target, conn=conn, neurons=neurons, steps=steps,
-                                           **kwargs)
+        fn, args = gputarget_steps.coba_hh(
+            target, conn=conn, neurons=neurons, steps=steps, **kwargs
+        )
         compiled = fn.trace(*args).lower().compile()
         measured[n] = program_bytes(compiled)
         text = compiled.as_text()
