@@ -158,14 +158,9 @@ VARIANTS = {
 }
 
 
-def measure_regime(
-    variant: str,
-    seed: int = 0,
-    sim_ms: float = 2100.0,
-    transient_ms: float = 100.0,
-    window_ms: float = 500.0,
-    devices=None,
-) -> dict:
+def measure_regime(variant: str, seed: int = 0, sim_ms: float = 2100.,
+                   transient_ms: float = 100., window_ms: float = 500.,
+                   devices=None) -> dict:
     """Run one variant on ``devices`` (default: the first device) and return its regime
     statistics after the transient: over the whole run, and per window of
     ``window_ms``."""
