@@ -12,7 +12,9 @@ the cython code generator.  What changes between runs comes in a JSON spec:
   ``"file"`` (the book's own graph: source and target arrays in ``export``);
 * ``start``: ``"random"`` (the example's), ``"kick"`` (NEST's hh_coba: V = E_L, NEST's
   initial gates, a 300 Hz Poisson kick onto 50 E neurons from 1 to 51 ms) or ``"file"``
-  (the book's initial V, g_e, g_i and kick events, from ``export``).
+  (the book's initial V, g_e, g_i and kick events, from ``export``);
+* ``gates``: with ``"kick"``, NEST's initial (m, h, n), which ci/coba_reference.py
+  takes from ``shardbook.coba.nest_initial_gates`` (the one place they are computed).
 
     python ci/brian2_coba.py run SPEC.json OUT.npz      # spikes (neuron, step) to OUT
     python ci/brian2_coba.py serve SPEC.json       # timing: lines "run MS" on stdin
@@ -25,7 +27,6 @@ the cython code generator.  What changes between runs comes in a JSON spec:
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 
@@ -47,18 +48,6 @@ beta_h = 4./(1+exp((40*mV-v+VT)/(5*mV)))/ms : Hz
 alpha_n = 0.032*(mV**-1)*5*mV/exprel((15*mV-v+VT)/(5*mV))/ms : Hz
 beta_n = .5*exp((10*mV-v+VT)/(40*mV))/ms : Hz
 """
-
-
-def nest_gates():
-    """NEST's hh_cond_exp_traub initial (m, h, n): its rates' equilibrium at E_L."""
-    v = -60.0
-    a_n = 0.032 * (15.0 - v) / (math.exp((15.0 - v) / 5.0) - 1.0)
-    b_n = 0.5 * math.exp((10.0 - v) / 40.0)
-    a_m = 0.32 * (13.0 - v) / (math.exp((13.0 - v) / 4.0) - 1.0)
-    b_m = 0.28 * (v - 40.0) / (math.exp((v - 40.0) / 5.0) - 1.0)
-    a_h = 0.128 * math.exp((17.0 - v) / 18.0)
-    b_h = 4.0 / (1.0 + math.exp((40.0 - v) / 5.0))
-    return a_m / (a_m + b_m), a_h / (a_h + b_h), a_n / (a_n + b_n)
 
 
 def build(spec):
@@ -122,7 +111,7 @@ def build(spec):
         P.ge = "(randn() * 1.5 + 4) * 10.*nS"
         P.gi = "(randn() * 12 + 20) * 10.*nS"
     elif start == "kick":
-        m0, h0, n0 = nest_gates()
+        m0, h0, n0 = spec["gates"]
         P.v, P.m, P.h, P.n = -60 * mV, m0, h0, n0
         kick = b2.PoissonGroup(50, rates="300*Hz*int(t >= 1*ms)*int(t < 51*ms)")
         K = b2.Synapses(kick, P, on_pre="ge+=we", namespace=ns)

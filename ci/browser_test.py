@@ -397,9 +397,9 @@ def main(argv: list[str] | None = None) -> int:
               f"with {chromium}; screenshots in {args.screenshots}")
     for p in problems:
         print(f"  FAIL {p}")
-    print(f"[browser] {'FAILED' if problems else 'passed'}: "
-          f"{len(problems)} problem(s) in {time.perf_counter() - t0:.1f} s")
-    return 1 if problems else 0
+    return check_notebooks.verdict(
+        "browser", len(problems),
+        f"{len(problems)} problem(s) in {time.perf_counter() - t0:.1f} s")
 
 
 if __name__ == "__main__":

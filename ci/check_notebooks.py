@@ -79,9 +79,15 @@ def main(argv: list[str] | None = None) -> int:
         total += len(found)
         if not args.quiet or found:
             print(f"[notebooks] {name}: {len(found)} output line(s) over {args.output}")
-    print(f"[notebooks] {'FAILED' if total else 'passed'}: {len(paths)} notebooks, "
-          f"{total} output line(s) over {args.output}")
-    return 1 if total else 0
+    return verdict("notebooks", total,
+                   f"{len(paths)} notebooks, {total} output line(s) over {args.output}")
+
+
+def verdict(tag: str, failures: int, what: str) -> int:
+    """Print a check's last line, ``[tag] passed: what`` or ``[tag] FAILED: what``, and
+    return its exit status (1 if anything failed)."""
+    print(f"[{tag}] {'FAILED' if failures else 'passed'}: {what}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -15,29 +15,24 @@ temporaries and peak of the compiled program against ``coba.predict``).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
+
+import coba_cli  # ci/coba_cli.py
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "shardbook.coba-4m/1"
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=ROOT / "book" / "data" / "coba_4m.json")
+    p = coba_cli.parser(__doc__, out=ROOT / "book" / "data" / "coba_4m.json")
     p.add_argument("--scale", type=int, default=960)  # 960 x 4,200 = 4,032,000
     p.add_argument("--steps", type=int, default=200)  # 20 ms
     p.add_argument("--devices", type=int, default=8)
     args = p.parse_args(argv)
-    os.environ.setdefault("BOOK_NUM_DEVICES", str(args.devices))
-    sys.path.insert(0, str(ROOT))
-    from shardbook import book
-
-    book.setup_devices(verbose=False)
+    book = coba_cli.book(devices=args.devices)
     import jax
     import numpy as np
 
@@ -61,7 +56,7 @@ def main(argv=None) -> int:
     spikes = sum(int(c.sum()) for c in counts.values())
     events = sum(float(counts[p] @ deg[p]) for p in counts) / args.steps
     text = sim.compiled[args.steps].as_text()
-    step = [c for c in book.hlo.collectives(text) if c.per_step]
+    step = [c for c in book.Program(text).collectives if c.per_step]
     pred = coba.predict(net.n_exc, net.n_inh, n, "push", graph="rows", counters=True)
     got = coba.measured_bytes(net)
     xla = coba.compiled_stats(sim.compiled[args.steps])
@@ -110,17 +105,14 @@ def main(argv=None) -> int:
     assert xla["arguments"] == pred["arguments"], (xla, pred)
     assert abs(xla["peak"] - pred["peak"]) <= data["ledger"]["tolerance"], (xla, pred)
     assert data["exchange_bytes_per_step"] <= neurons / 8
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    print(
+    return coba_cli.save(
+        args.out, data,
         f"{neurons:,} neurons on {n} devices: build {build_s:.0f} s, compile "
         f"{data['compile_s']:.0f} s, {args.steps} steps in {run_s:.1f} s "
         f"({data['s_per_sim_s']:.0f} s per simulated s), {data['rate_hz']:.1f} Hz, "
         f"{events:,.0f} events per step, {data['exchange_bytes_per_step']:,} B "
         f"exchanged per step (bools: {neurons:,}); wrote {args.out}",
-        flush=True,
     )
-    return 0
 
 
 if __name__ == "__main__":

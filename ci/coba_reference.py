@@ -29,7 +29,6 @@ cost of a ``run()`` call (code generation and checks; small at these lengths).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -41,7 +40,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "ci"))
-from coba_regimes import machine, write  # noqa: E402
+import coba_cli  # noqa: E402
+from coba_cli import write  # noqa: E402
+from coba_regimes import machine  # noqa: E402
 
 BRIAN = ROOT / "ci" / "brian2_coba.py"
 REQUIREMENTS = ROOT / "ci" / "requirements-brian2.txt"
@@ -195,6 +196,7 @@ def reference(args, py) -> int:
                 duration_ms=total_ms,
                 graph=kw["graph"],
                 start=kw["start"],
+                gates=list(book.coba.nest_initial_gates()),  # for start="kick"
             )
             if conn == "book":
                 net = build(jax.devices()[:1], seed=seed, conn="index", **kw)
@@ -401,12 +403,7 @@ def _start(args, schema, resume=True) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ap.add_argument("what", choices=("reference", "timing"))
-    ap.add_argument("--out", type=Path, required=True)
+    ap = coba_cli.parser(__doc__, "reference", "timing")
     ap.add_argument("--venv", type=Path, default=ROOT / ".venv-brian2")
     ap.add_argument("--seeds", type=int, default=16, help="Brian's own graph: seeds")
     ap.add_argument(
@@ -423,10 +420,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sim-ms", type=float, default=500.0)
     args = ap.parse_args(argv)
     args.argv = argv
-    os.environ.setdefault("BOOK_NUM_DEVICES", "1")
-    from shardbook import book
-
-    book.setup_devices(verbose=False)
+    coba_cli.book(devices=1)
     py = ensure_venv(args.venv)
     return reference(args, py) if args.what == "reference" else timing(args, py)
 

@@ -23,7 +23,6 @@ which no bound is made from.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -31,6 +30,8 @@ import shlex
 import sys
 import time
 from pathlib import Path
+
+import coba_cli  # ci/coba_cli.py
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,13 +47,6 @@ def machine() -> dict:
         platform.processor(),
     )
     return dict(cpu=model, cores=os.cpu_count(), machine=platform.machine())
-
-
-def write(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
 
 
 def plan_forms(args, regimes) -> list[dict]:
@@ -83,12 +77,7 @@ def plan_dt(args, regimes) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ap.add_argument("what", choices=("forms", "dt"))
-    ap.add_argument("--out", type=Path, required=True)
+    ap = coba_cli.parser(__doc__, "forms", "dt")
     ap.add_argument("--bound-seeds", type=int, default=16)
     ap.add_argument("--held-out", type=int, default=8)
     ap.add_argument("--cell-seeds", type=int, default=8)
@@ -112,11 +101,7 @@ def main(argv=None) -> int:
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
 
-    os.environ.setdefault("BOOK_NUM_DEVICES", "1")
-    sys.path.insert(0, str(ROOT))
-    from shardbook import book
-
-    book.setup_devices(verbose=False)
+    book = coba_cli.book(devices=1)
     regimes, provenance = book.coba.regimes, book.provenance.provenance
 
     schema = regimes.FORMS_SCHEMA if args.what == "forms" else regimes.DT_SCHEMA
@@ -163,7 +148,7 @@ def main(argv=None) -> int:
         run = dict(form=job["form"], wall_s=round(time.time() - t0, 1), **run)
         data["runs"].append(run)
         done.add(key)
-        write(args.out, data)
+        coba_cli.write(args.out, data)
         st = run["stats"]
         print(
             f"[{args.what}] {job['form']:<22} seed {job['seed']:>2} dt {job['dt']}: "
@@ -175,13 +160,8 @@ def main(argv=None) -> int:
         if args.limit and new >= args.limit:
             break
     data["wall_s_this_invocation"] = round(time.time() - t_all, 1)
-    write(args.out, data)
-    print(
-        f"[{args.what}] {len(data['runs'])} runs in {args.out} "
-        f"({new} new, {time.time() - t_all:.0f} s)",
-        flush=True,
-    )
-    return 0
+    return coba_cli.save(args.out, data, f"[{args.what}] {len(data['runs'])} runs in "
+                         f"{args.out} ({new} new, {time.time() - t_all:.0f} s)")
 
 
 if __name__ == "__main__":

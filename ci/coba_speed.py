@@ -29,12 +29,14 @@ by side are what carries over, not the absolute figures.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
+
+import coba_cli  # ci/coba_cli.py
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("delivery", "steps", "model", "scaling")
@@ -111,35 +113,14 @@ def model(book, coba, args) -> dict:
     tm, gt = coba.timemodel, book.gputarget
     builder = "shardbook.gputarget_steps:coba_hh"
     deliveries = dict(index={}, event={}, push=dict(kernel="xla"))
-    jobs = [
-        dict(
-            builder=builder,
-            devices=8,
-            text=True,
-            kwargs=dict(conn=c, steps=10, neurons=840_000),
-        )
-        for c in deliveries
-    ]
+    def job(conn, neurons, **where):  # where: devices (8 unless given), hosts
+        return dict(builder=builder, text=True, **{"devices": 8, **where},
+                    kwargs=dict(conn=conn, steps=10, neurons=neurons))
+
     big = 100_800_000
-    jobs += [
-        dict(
-            builder=builder,
-            devices=8,
-            hosts=8,
-            text=True,
-            kwargs=dict(conn=c, steps=10, neurons=big),
-        )
-        for c in ("index", "push")
-    ]
-    jobs += [
-        dict(
-            builder=builder,
-            devices=1,
-            text=True,
-            kwargs=dict(conn=c, steps=10, neurons=4200),
-        )
-        for c in deliveries
-    ]
+    jobs = [job(c, 840_000) for c in deliveries]
+    jobs += [job(c, big, hosts=8) for c in ("index", "push")]
+    jobs += [job(c, 4200, devices=1) for c in deliveries]
     pending = gt.start_jobs(jobs, timeout=3600)
     censuses, measured = {}, {}
     for conn, kw in deliveries.items():
@@ -150,8 +131,11 @@ def model(book, coba, args) -> dict:
         print(f"[model] {conn}: {censuses[conn]}", flush=True)
     reports = pending.result()
     out = dict(census={}, measured={}, curves={}, gpu8={}, plan64={})
+    def collectives(prog):  # JSON-ready
+        return [asdict(c) for c in prog.collectives]
+
     for (conn, _), rep in zip(deliveries.items(), reports[:3]):
-        counts = tm.census_counts(rep.pop("text"))
+        counts = tm.census_counts(rep.text)
         c = censuses[conn]
         c.kernels, c.collectives, c.host_syncs = (
             counts["launches"],
@@ -162,27 +146,27 @@ def model(book, coba, args) -> dict:
         out["census"][conn] = c.asdict()
         out["measured"][conn] = {str(n): b for n, b in measured[conn].items()}
         out["gpu8"][conn] = dict(
-            memory=rep["memory"],
-            collectives=rep["collectives"],
+            memory=rep.memory,
+            collectives=collectives(rep),
             counts=counts,
-            compile_s=rep["compile_s"],
+            compile_s=rep.meta["compile_s"],
         )
         out["curves"][conn] = tm.curve(c.at(big))
     out["gpu1"] = {}
     for conn, rep in zip(deliveries, reports[5:]):
         out["gpu1"][conn] = dict(
-            memory=rep["memory"],
-            collectives=rep["collectives"],
-            counts=tm.census_counts(rep.pop("text")),
-            compile_s=rep["compile_s"],
+            memory=rep.memory,
+            collectives=collectives(rep),
+            counts=tm.census_counts(rep.text),
+            compile_s=rep.meta["compile_s"],
         )
     n_exc = round(0.8 * big)
     for conn, rep in zip(("index", "push"), reports[3:5]):
-        counts = tm.census_counts(rep.pop("text"))
-        step = [c for c in rep["collectives"] if c["per_step"]]
+        counts = tm.census_counts(rep.text)
+        step = [c for c in collectives(rep) if c["per_step"]]
         exchange = sum(c["nbytes"] for c in step)
         pred = coba.predict(n_exc, big - n_exc, 64, conn, counters=True, platform="gpu")
-        assert rep["memory"]["arguments"] == pred["arguments"], (rep["memory"], pred)
+        assert rep.memory["arguments"] == pred["arguments"], (rep.memory, pred)
         caps = [coba.push.spike_capacity(m // 64) for m in (n_exc, big - n_exc)]
         want = big if conn == "index" else 4 * 64 * sum(caps)  # bools, or int32 ids
         assert exchange == want, (conn, exchange, want)
@@ -197,7 +181,7 @@ def model(book, coba, args) -> dict:
             neurons=big,
             devices=64,
             hosts=8,
-            memory=rep["memory"],
+            memory=rep.memory,
             predicted=pred,
             exchange_bytes_per_step=exchange,
             collectives=step,
@@ -208,7 +192,7 @@ def model(book, coba, args) -> dict:
         )
         print(
             f"[model] 64 x H200, {big:,} neurons, {conn}: "
-            f"{rep['memory']['arguments'] / 1e9:.2f} GB arguments per GPU, "
+            f"{rep.memory['arguments'] / 1e9:.2f} GB arguments per GPU, "
             f"{exchange:,} B exchanged per step, {tm.s_per_sim_s(c, 64):.3f} s per "
             f"simulated s ({tm.dominant(c, 64)})",
             flush=True,
@@ -238,7 +222,8 @@ def scaling(book, coba, args) -> list:
                 / args.scaling_steps
             )
             text = sim.compiled[args.scaling_steps].as_text()
-            exchange = sum(c.nbytes for c in book.hlo.collectives(text) if c.per_step)
+            exchange = sum(c.nbytes for c in book.Program(text).collectives
+                           if c.per_step)
             got = coba.measured_bytes(net)
             row = dict(
                 neurons=n,
@@ -274,10 +259,7 @@ def scaling(book, coba, args) -> list:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--out", type=Path, default=ROOT / "book" / "data" / "coba_speed.json"
-    )
+    p = coba_cli.parser(__doc__, out=ROOT / "book" / "data" / "coba_speed.json")
     p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--delivery-scales", type=float, nargs="+", default=[1, 4])
@@ -286,10 +268,7 @@ def main(argv=None) -> int:
     p.add_argument("--scaling-scales", type=float, nargs="+", default=[1, 10, 60, 240])
     p.add_argument("--scaling-steps", type=int, default=200)
     args = p.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-    from shardbook import book
-
-    book.setup_devices(verbose=False)
+    book = coba_cli.book()
     coba = book.coba
     data = json.loads(args.out.read_text()) if args.out.exists() else {}
     if data.get("schema") not in (None, SCHEMA):
@@ -307,13 +286,8 @@ def main(argv=None) -> int:
             seconds=time.perf_counter() - t0,
             results=result,
         )
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(data, indent=1) + "\n")
-        print(
-            f"[speed] {section} written to {args.out} "
-            f"({time.perf_counter() - t0:.0f} s)",
-            flush=True,
-        )
+        coba_cli.save(args.out, data, f"[speed] {section} written to {args.out} "
+                      f"({time.perf_counter() - t0:.0f} s)")
     return 0
 
 

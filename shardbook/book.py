@@ -24,8 +24,15 @@ import importlib
 
 from . import __version__  # noqa: F401  (book.__version__: the package's version)
 from .config import CHAPTERS, Config, config
-from .devices import (DeviceInfo, DeviceSetupError, divisible_size, lesson_devices,
-                      mesh_shape_2d, setup_devices, speed_devices)
+from .devices import (
+    DeviceInfo,
+    DeviceSetupError,
+    divisible_size,
+    lesson_devices,
+    mesh_shape_2d,
+    setup_devices,
+    speed_devices,
+)
 from .regions import RegionError, region, regions, show
 
 devices = lesson_devices   # the devices the lessons run on
@@ -59,12 +66,13 @@ _NAMES = {
     "gpu_note": ("gpudata", "gpu_note"),     # "measured on ..." or "no real-GPU ..."
 }
 
-__all__ = sorted([
+__all__ = [
     "setup_devices", "DeviceInfo", "DeviceSetupError", "devices", "speed_devices",
     "divisible_size", "mesh_shape_2d", "config", "Config", "CHAPTERS",
     "region", "regions", "show", "RegionError",
-    *_MODULES, *_NAMES,
-])
+]
+__all__ += [*_MODULES, *_NAMES]
+__all__.sort()
 
 
 def __getattr__(name: str):

@@ -266,9 +266,9 @@ def worker(rank: int, port: int, processes: int, mode: str, opts: dict) -> int:
     except Exception as err:  # what a rank sees at the timeout
         _report(error=f"{type(err).__name__}: {str(err)[:600]}")
         return 3
-    from . import jax_private
+    from . import private
 
-    jax_private.gloo_on_loopback(LOOPBACK)
+    private.gloo_on_loopback(LOOPBACK)
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 

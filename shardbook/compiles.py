@@ -18,7 +18,13 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-__all__ = ["CompileCount", "count_compiles", "COMPILE_EVENT", "LOWER_EVENT", "TRACE_EVENT"]
+__all__ = [
+    "CompileCount",
+    "count_compiles",
+    "COMPILE_EVENT",
+    "LOWER_EVENT",
+    "TRACE_EVENT",
+]
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"

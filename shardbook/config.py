@@ -38,7 +38,8 @@ class Config:
         if key in values:
             return values[key]
         raise AttributeError(
-            f"configuration {object.__getattribute__(self, 'name')!r} has no size {key!r}; "
+            f"configuration {object.__getattribute__(self, 'name')!r} has no size "
+            f"{key!r}; "
             f"it has {', '.join(values)}")
 
     def asdict(self) -> dict:
@@ -109,7 +110,8 @@ def _ch5b(n):     # checkpoints: saved on n devices, restored onto n // 2 and on
 
 
 def _ch5c(n):     # the troubleshooting gallery: N neurons split n ways; COBA-HH sizes
-    unit = _ch4(n)["scale"]      # in multiples of 4200 s that n splits (s = 1 if n <= 8)
+    # in multiples of 4200 s that n splits (s = 1 if n <= 8)
+    unit = _ch4(n)["scale"]
     return dict(N=divisible_size(840, n), coba_step=4200 * unit,
                 coba_small=4200 * divisible_size(2_000, unit),
                 coba_large=4200 * divisible_size(20_000, unit))

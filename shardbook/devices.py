@@ -21,7 +21,8 @@ __all__ = ["DeviceSetupError", "DeviceInfo", "setup_devices", "lesson_devices",
 
 
 class DeviceSetupError(RuntimeError):
-    """The device configuration the reader asked for is not the one JAX is running with."""
+    """The device configuration the reader asked for is not the one JAX is running
+    with."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class DeviceInfo:
 
     @property
     def split_on_cpu(self) -> bool:
-        """True when the lessons run on simulated CPU devices beside a lone accelerator."""
+        """True when the lessons run on simulated CPU devices beside a lone
+        accelerator."""
         return self.simulated and self.speed_platform != "cpu"
 
     def __str__(self) -> str:
@@ -93,7 +95,8 @@ def speed_devices() -> list:
 
 
 def requested_cpu_devices(default: int = DEFAULT_NUM_DEVICES) -> int:
-    """The number of simulated CPU devices asked for: ``$BOOK_NUM_DEVICES`` or ``default``."""
+    """The number of simulated CPU devices asked for: ``$BOOK_NUM_DEVICES`` or
+    ``default``."""
     raw = os.environ.get(ENV_VAR, str(default))
     try:
         n = int(raw)
@@ -107,7 +110,8 @@ def requested_cpu_devices(default: int = DEFAULT_NUM_DEVICES) -> int:
 
 def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True,
                   matmul_precision: str | None = "highest", probe=None) -> DeviceInfo:
-    """Configure devices before JAX starts, and check that the configuration took effect.
+    """Configure devices before JAX starts, and check that the configuration took
+    effect.
 
     * JAX's CPU backend gets ``N`` simulated devices: ``N = $BOOK_NUM_DEVICES`` if set,
       else ``default`` (8).  JAX reads ``jax_num_cpu_devices`` once, when its backends
@@ -153,8 +157,8 @@ def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True,
             raise DeviceSetupError(
                 f"JAX is running with {len(lessons)} CPU device(s), but {n} were "
                 "requested. JAX fixes the device count when its backend starts, and "
-                "`import brainpy` (or any JAX computation) starts it. Restart the kernel "
-                "and run the device-setup cell first, before importing brainpy.")
+                "`import brainpy` (or any JAX computation) starts it. Restart the "
+                "kernel and run the device-setup cell first, before importing brainpy.")
         speed = accelerators or lessons
         if accelerators:  # new arrays go where the lessons run
             jax.config.update("jax_default_device", lessons[0])
@@ -171,7 +175,8 @@ def mesh_shape_2d(n: int) -> tuple[int, int]:
     """A ``(batch, hidden)`` mesh shape for ``n`` devices: the largest divisor of ``n``
     that is at most ``sqrt(n)`` goes to ``batch``, the rest to ``hidden``.
 
-    1 -> (1, 1), 2 -> (1, 2), 4 -> (2, 2), 6 -> (2, 3), 8 -> (2, 4); a prime p -> (1, p).
+    1 -> (1, 1), 2 -> (1, 2), 4 -> (2, 2), 6 -> (2, 3), 8 -> (2, 4); a prime p -> (1,
+    p).
     """
     b = max(d for d in range(1, int(n**0.5) + 1) if n % d == 0)
     return b, n // b
@@ -186,5 +191,7 @@ def divisible_size(base: int, n: int) -> int:
     ``IndivisibleError``: 840 -> 840 on 12 devices, 848 on 16.
     """
     if base < 1 or n < 1:
-        raise ValueError(f"sizes and device counts are positive, got base={base}, n={n}")
+        raise ValueError(
+            f"sizes and device counts are positive, got base={base}, n={n}"
+        )
     return base if base % n == 0 else base + (n - base % n)

@@ -51,7 +51,7 @@ from . import child
 __all__ = [
     "PINS", "TARGETS", "GpuTargetError", "Jobs", "Pending", "Target", "compile_here",
     "cache_key", "cache_load", "compile_jobs", "device_info", "install", "prune_cache",
-    "source_digest", "spec_text", "start_jobs", "table", "target_dir", "traffic", "wheels_installed",
+    "source_digest", "spec_text", "start_jobs", "target_dir", "wheels_installed",
 ]
 
 # The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; tested).
@@ -155,7 +155,8 @@ class Target:
 
     def __init__(self, kind: str = "h200", devices: int | None = None, hosts: int = 1):
         self.kind = "cpu" if kind == "cpu" else _name(kind)
-        if self.kind == "cpu":   # the lesson devices (all of jax.devices() before setup)
+        # the lesson devices (all of jax.devices() before setup)
+        if self.kind == "cpu":
             from .devices import lesson_devices
 
             self.devices = lesson_devices()[:devices]
@@ -196,8 +197,7 @@ class Target:
 
     def sharding(self, spec=None):
         """``NamedSharding(self.mesh(...), spec)``; ``None`` gives replicated."""
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
+        from jax.sharding import NamedSharding, PartitionSpec as P
 
         if self._mesh is None:
             raise GpuTargetError("call target.mesh(shape, names) first")
@@ -306,26 +306,35 @@ def _child_env(cpu_devices: int, path: Path) -> dict:
 
 
 class Pending:
-    """A GPU-target compile running in its child process; :meth:`result` waits for it."""
+    """A GPU-target compile running in its child process; :meth:`result` waits for
+    it."""
 
     def __init__(self, jobs: list[dict], timeout: float, path: Path):
         self.jobs, self.timeout = jobs, timeout
         cpu_devices = max(j.get("devices", 8) * j.get("hosts", 1) for j in jobs)
-        self._child = child.start("shardbook.gputarget", "child", input=json.dumps(jobs),
-                                  env=_child_env(cpu_devices, path), timeout=timeout,
-                                  name="the GPU-target child")
+        self._child = child.start(
+            "shardbook.gputarget",
+            "child",
+            input=json.dumps(jobs),
+            env=_child_env(cpu_devices, path),
+            timeout=timeout,
+            name="the GPU-target child",
+        )
         self._results = None
 
     def result(self) -> list[dict]:
-        """One :func:`report` dict per job; raises :class:`GpuTargetError` on any failure."""
+        """One :func:`report` dict per job; raises :class:`GpuTargetError` on any
+        failure."""
         if self._results is not None:
             return self._results
         try:
             results = self._child.result()
         except child.ChildTimeout:
             names = ", ".join(j["builder"].split(":")[-1] for j in self.jobs)
-            raise GpuTargetError(f"GPU-target compile of {len(self.jobs)} job(s) did not finish within "
-                                 f"{self.timeout:g} s ({names}); the child was stopped") from None
+            raise GpuTargetError(
+                f"GPU-target compile of {len(self.jobs)} job(s) did not finish within "
+                f"{self.timeout:g} s ({names}); the child was stopped"
+            ) from None
         except child.ChildError as e:
             raise GpuTargetError(str(e)) from None
         for job, res in zip(self.jobs, results):
@@ -397,7 +406,8 @@ def _cache_dir() -> Path | None:
 
 
 def cache_key(job: dict) -> str:
-    # XLA:CPU's own flags (the portability gate's vector ISA) cannot change a GPU program
+    # XLA:CPU's own flags (the portability gate's vector ISA) cannot change a GPU
+    # program
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith(("--xla_cpu_", "--xla_force_host_platform"))]
     parts = [json.dumps(job, sort_keys=True), source_digest(), _stamp_text(),
@@ -478,7 +488,9 @@ def _child() -> None:
     jobs = json.loads(sys.stdin.read())
     import jax
 
-    jax.config.update("jax_num_cpu_devices", int(os.environ.get("BOOK_GPU_TARGET_CPU_DEVICES", "8")))
+    jax.config.update(
+        "jax_num_cpu_devices", int(os.environ.get("BOOK_GPU_TARGET_CPU_DEVICES", "8"))
+    )
     results = []
     for job in jobs:
         key = (job.get("target", "h200"), job.get("devices", 8), job.get("hosts", 1))
@@ -503,17 +515,6 @@ def _main(argv: list[str]) -> int:
         return 0
     print("usage: python -m shardbook.gputarget install [DIR]", file=sys.stderr)
     return 2
-
-
-# --- compat: notebooks not yet migrated (issue 18); remove with them
-def table(rep, title: str = "") -> str:
-    """``rep.table(title)``: the collectives of a compiled program, per place."""
-    return rep.table(title)
-
-
-def traffic(rep, trips: int) -> tuple[int, int]:
-    """``rep.traffic(trips)``: launches and result bytes per call."""
-    return rep.traffic(trips)
 
 
 if __name__ == "__main__":

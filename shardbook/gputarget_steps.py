@@ -1,13 +1,13 @@
 """The book's sharded steps, built for any mesh: what ``shardbook.gputarget`` compiles.
 
-Each builder takes a :class:`shardbook.gputarget.Target` and returns ``(jitted, args)``: a
-plain ``jax.jit`` function and its arguments as ``jax.ShapeDtypeStruct``\\ s on the target's
-mesh.  The models are the chapters' own (``shardbook.rnn``, ``shardbook.coba``), at the
-chapters' sizes for the target's device count (``shardbook.config``).  They are built on
-devices that can hold arrays (the compile child's simulated CPU devices, or the notebook's
-own devices), in a mesh of the same shape and axis names as the target's.  Shardings that a
-model keeps (``RNN.use_mesh``, ``COBAHH.replicated``) are pointed at the target mesh before
-the step is traced.
+Each builder takes a :class:`shardbook.gputarget.Target` and returns ``(jitted, args)``:
+a plain ``jax.jit`` function and its arguments as ``jax.ShapeDtypeStruct``\\ s on the
+target's mesh.  The models are the chapters' own (``shardbook.rnn``,
+``shardbook.coba``), at the chapters' sizes for the target's device count
+(``shardbook.config``).  They are built on devices that can hold arrays (the compile
+child's simulated CPU devices, or the notebook's own devices), in a mesh of the same
+shape and axis names as the target's. Shardings that a model keeps (``RNN.use_mesh``,
+``COBAHH.replicated``) are pointed at the target mesh before the step is traced.
 
 Every builder works for any device count (the configuration rounds sizes up to divide).
 What each compiler makes of these steps is in ``shardbook/expectations.toml``
@@ -19,20 +19,18 @@ from __future__ import annotations
 import warnings
 from math import gcd
 
-import brainpy.math as bm
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import brainpy.math as bm
 
 from .config import config
 from .devices import divisible_size, mesh_shape_2d
 from .rnn.sizes import grad_bytes
 
-__all__ = [  # ALL_GATHER_COMBINE_BYTES and check_*: compat, at the end
-    "ALL_GATHER_COMBINE_BYTES", "CH2", "CH3", "FSDP", "check_coba_cpu", "check_coba_gpu",
-    "check_data_parallel_cpu", "check_data_parallel_gpu", "check_fsdp_cpu",
-    "check_fsdp_gpu", "check_rnn_hidden_cpu", "check_rnn_hidden_gpu", "coba_hh",
+__all__ = [
+    "CH2", "CH3", "FSDP", "coba_hh",
     "fsdp_mlp", "rnn_data_parallel", "rnn_forward", "rnn_fsdp", "rnn_functional",
     "rnn_grad_bytes", "rnn_hidden", "rnn_one_gpu", "rnn_hidden_rows", "rnn_shard_map",
     "tiny_data_parallel",
@@ -57,51 +55,54 @@ def _retarget_state(model, target):
     model.use_mesh(target.sharding().mesh)
 
 
+def _rnn_step(target, chapter: str, sizes: dict, shape, names, spec,
+              annotate: str = "all"):
+    """The BrainPy RNN's jitted Adam step (``make_train_step``) at ``chapter``'s sizes,
+    built on a mesh of ``shape`` named ``names``, its data laid out as ``spec``."""
+    from .rnn.model import RNN, make_train_step
+
+    c = _sizes(chapter, target, sizes)
+    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
+    target.mesh(shape, names)
+    with bm.sharding.device_mesh(target.build_devices(shape), list(names)):
+        model = RNN(I, H, O, B, annotate=annotate)
+    step = make_train_step(model, lr=lr)
+    _retarget_state(model, target)
+    xs = target.struct((B, T, I), jnp.float32, spec)
+    ys = target.struct((B, T, O), jnp.float32, spec)
+    return target.bm_step(step, xs, ys)
+
+
 def rnn_data_parallel(target, B=None, T=None, I=None, H=None, O=None, lr=None,
                       batch_sharded: bool = True):
     """Chapter 2: the RNN training step with the batch split over ``'batch'``.
 
-    ``batch_sharded=False`` removes the annotation: the model is built without axis names
-    (``annotate="none"``) and the data are replicated, so nothing is split.
+    ``batch_sharded=False`` removes the annotation: the model is built without axis
+    names (``annotate="none"``) and the data are replicated, so nothing is split.
     """
-    from .rnn.model import RNN, make_train_step
-
-    c = _sizes("ch2", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
-    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
-    target.mesh((target.n,), ("batch",))
-    with bm.sharding.device_mesh(target.build_devices(), ["batch"]):
-        model = RNN(I, H, O, B, annotate="all" if batch_sharded else "none")
-    step = make_train_step(model, lr=lr)
-    _retarget_state(model, target)
-    spec = P("batch") if batch_sharded else P()
-    xs = target.struct((B, T, I), jnp.float32, spec)
-    ys = target.struct((B, T, O), jnp.float32, spec)
-    return target.bm_step(step, xs, ys)
+    return _rnn_step(target, "ch2", dict(B=B, T=T, I=I, H=H, O=O, lr=lr), (target.n,),
+                     ("batch",), P("batch") if batch_sharded else P(),
+                     annotate="all" if batch_sharded else "none")
 
 
 def rnn_hidden(target, two_d: bool = False, B=None, T=None, I=None, H=None, O=None,
                lr=None):
-    """Chapter 3: the hidden axis split over ``'hidden'`` (1-D), or ``('batch', 'hidden')``
-    with ``mesh_shape_2d(n)`` (2-D).  The data are split by ``'batch'`` where the mesh has it."""
-    from .rnn.model import RNN, make_train_step
-
-    c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
-    B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
-    shape, names = ((mesh_shape_2d(target.n), ("batch", "hidden")) if two_d else ((target.n,), ("hidden",)))
-    target.mesh(shape, names)
-    with bm.sharding.device_mesh(target.build_devices(shape), list(names)):
-        model = RNN(I, H, O, B)
-    step = make_train_step(model, lr=lr)
-    _retarget_state(model, target)
-    spec = P("batch") if two_d else P()
-    xs = target.struct((B, T, I), jnp.float32, spec)
-    ys = target.struct((B, T, O), jnp.float32, spec)
-    return target.bm_step(step, xs, ys)
+    """Chapter 3: the hidden axis split over ``'hidden'`` (1-D), or ``('batch',
+    'hidden')`` with ``mesh_shape_2d(n)`` (2-D).  The data are split by ``'batch'``
+    where the mesh has it."""
+    shape, names = ((mesh_shape_2d(target.n), ("batch", "hidden")) if two_d
+                    else ((target.n,), ("hidden",)))
+    return _rnn_step(target, "ch3", dict(B=B, T=T, I=I, H=H, O=O, lr=lr), shape, names,
+                     P("batch") if two_d else P())
 
 
-# ---------------------------------------------- chapter 3's other RNN steps, for the table
+# ------------------------------------------- chapter 3's other RNN steps, for the table
 _F32 = jnp.float32
-_SPLIT = {"win": P(None, "hidden"), "wrec": P(None, "hidden"), "wout": P("hidden", None)}
+_SPLIT = {
+    "win": P(None, "hidden"),
+    "wrec": P(None, "hidden"),
+    "wout": P("hidden", None),
+}
 
 
 def _weights(target, I, H, O, specs):
@@ -167,8 +168,9 @@ def rnn_shard_map(target, B=None, T=None, I=None, H=None, O=None):
 
 def rnn_fsdp(target, B=None, T=None, I=None, H=None, O=None,
              lr=None):
-    """Chapter 3: one FSDP Adam step of the RNN (``shardbook.rnn.pure.fsdp_train_step``):
-    batch, weights and moments split over ``'batch'``."""
+    """Chapter 3: one FSDP Adam step of the RNN
+    (``shardbook.rnn.pure.fsdp_train_step``): batch, weights and moments split over
+    ``'batch'``."""
     from .rnn.pure import fsdp_specs, fsdp_train_step
 
     c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
@@ -203,8 +205,9 @@ def rnn_functional(target, B=None, T=None, I=None, H=None, O=None,
 
 
 def fsdp_mlp(target, B=None, D=None, layers=None, lr=1e-2, params_sharded: bool = True):
-    """Fully sharded data parallelism in plain JAX: the batch AND every weight matrix split
-    over ``'batch'`` (rows), each weight all-gathered just before its layer uses it.
+    """Fully sharded data parallelism in plain JAX: the batch AND every weight matrix
+    split over ``'batch'`` (rows), each weight all-gathered just before its layer uses
+    it.
 
     ``params_sharded=False`` keeps the weights replicated: plain data parallelism.
     """
@@ -217,7 +220,8 @@ def fsdp_mlp(target, B=None, D=None, layers=None, lr=1e-2, params_sharded: bool 
     def loss(params, x):
         h = x
         for w in params:
-            if params_sharded:  # gather the whole matrix where it is used: the FSDP all-gather
+            # gather the whole matrix where it is used: the FSDP all-gather
+            if params_sharded:
                 w = jax.lax.with_sharding_constraint(w, full)
             h = jnp.tanh(h @ w)
         return jnp.mean(h ** 2)
@@ -233,8 +237,8 @@ def fsdp_mlp(target, B=None, D=None, layers=None, lr=1e-2, params_sharded: bool 
 
 
 def tiny_data_parallel(target, B=64, D=32, batch_sharded: bool = True):
-    """The smallest data-parallel step: two weight matrices, replicated; a batch split over
-    ``'batch'`` (or replicated, with ``batch_sharded=False``).  For the tests."""
+    """The smallest data-parallel step: two weight matrices, replicated; a batch split
+    over ``'batch'`` (or replicated, with ``batch_sharded=False``).  For the tests."""
     target.mesh((target.n,), ("batch",))
 
     def step(ws, x):
@@ -248,26 +252,36 @@ def tiny_data_parallel(target, B=64, D=32, batch_sharded: bool = True):
     return jax.jit(step), (ws, x)
 
 
-# COBA-HH: resized compiles build the network at this small scale and trace it at the size asked
-# for. 672 E + 168 I: both divide by 1..8 and neither equals an in-degree (64, 16) or a step count.
+# COBA-HH: resized compiles build the network at this small scale and trace it at the
+# size asked for. 672 E + 168 I: both divide by 1..8 and neither equals an in-degree
+# (64, 16) or a step count.
 _SMALL_SCALE = 0.2
 
 
-def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neurons: int | None = None,
-            gather: bool = True, conn: str = "index", kernel: str = "auto",
-            spike_capacity: float | None = None):
-    """Chapter 4: the COBA-HH loop (``coba.Simulation``), ``steps`` steps, split over ``'neuron'``.
+def coba_hh(
+    target,
+    scale: float = 1,
+    steps: int = 100,
+    record=("count",),
+    neurons: int | None = None,
+    gather: bool = True,
+    conn: str = "index",
+    kernel: str = "auto",
+    spike_capacity: float | None = None,
+):
+    """Chapter 4: the COBA-HH loop (``coba.Simulation``), ``steps`` steps, split over
+    ``'neuron'``.
 
-    ``neurons`` (a multiple of 4200, 80 % E): compile for that size without building it.  The
-    network is built at a small scale and each state is traced at the size asked for, through a
-    zero-memory stand-in (:meth:`Target.bm_step`'s ``resize``); every shape in the step comes
-    from the state, so the program is the one the full network compiles to
-    (``tests/test_gputarget.py`` checks that at 4200 neurons).
+    ``neurons`` (a multiple of 4200, 80 % E): compile for that size without building it.
+    The network is built at a small scale and each state is traced at the size asked
+    for, through a zero-memory stand-in (:meth:`Target.bm_step`'s ``resize``); every
+    shape in the step comes from the state, so the program is the one the full network
+    compiles to (``tests/test_gputarget.py`` checks that at 4200 neurons).
     ``gather=False`` removes the annotation that makes every device see every spike
     (``COBAHH.replicated`` set to ``None``).
-    ``conn``: the delivery (``"index"``, ``"event"``, ``"push"``); for the CSR deliveries the
-    per-device sizes their code keeps (buffer capacities, block sizes) are recomputed at the
-    size asked for (:func:`_resize_deliveries`).
+    ``conn``: the delivery (``"index"``, ``"event"``, ``"push"``); for the CSR
+    deliveries the per-device sizes their code keeps (buffer capacities, block sizes)
+    are recomputed at the size asked for (:func:`_resize_deliveries`).
     """
     from . import coba
 
@@ -276,8 +290,9 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
     small_scale = _SMALL_SCALE * (target.n // gcd(840, target.n))
     build_scale = small_scale if neurons is not None else scale
     extra = {} if spike_capacity is None else dict(spike_capacity=spike_capacity)
-    net = coba.build(target.build_devices(), scale=build_scale, conn=conn, kernel=kernel,
-                     **extra)
+    net = coba.build(
+        target.build_devices(), scale=build_scale, conn=conn, kernel=kernel, **extra
+    )
     net.mesh = mesh
     net.replicated = NamedSharding(mesh, P()) if gather else None
     for obj in _delivery_objects(net):
@@ -295,7 +310,8 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
     size_map.update(shapes)
     applied = []
 
-    def resize(shape):  # called per state, after the states were found at the small size
+    # called per state, after the states were found at the small size
+    def resize(shape):
         if not applied:
             apply_sizes()  # the deliveries' static sizes, for the trace at size
             applied.append(True)
@@ -307,7 +323,8 @@ def coba_hh(target, scale: float = 1, steps: int = 100, record=("count",), neuro
 
 
 def _delivery_objects(net):
-    """The network's CSR delivery objects (``EventCSR`` and its kinds, the exchanges)."""
+    """The network's CSR delivery objects (``EventCSR`` and its kinds, the
+    exchanges)."""
     from .coba.events import EventCSR
 
     out = list(net.exchanges.values())
@@ -360,84 +377,6 @@ def _resize_deliveries(net, small, big, devices: int):
             for key, value in sizes.items():
                 setattr(obj, key, value)
     return out, apply
-
-
-# --- compat: notebooks not yet migrated (issue 18); remove with them
-# The old pattern checks, now entries of shardbook/expectations.toml (shardbook.expect).
-def _expect():
-    from . import expect
-
-    return expect
-
-
-# XLA:GPU's all-gather combine threshold, from the table (chapter 6's exercise sizes)
-ALL_GATHER_COMBINE_BYTES = _expect().table()["meta"]["constants"]["combine"]
-
-
-def _on(rep, compiler: str):
-    if rep.compiler != compiler:
-        raise AssertionError(f"an XLA:{str(rep.compiler).upper()} program, not XLA:"
-                             f"{compiler.upper()}")
-
-
-def _rows(rep):
-    return [(c.op, c.async_, c.loop, c.phase, c.shapes, c.nbytes) for c in rep.collectives]
-
-
-def check_data_parallel_gpu(rep, grad_bytes: int):
-    """XLA:GPU: one async all-reduce of the gradients and the loss (``rnn.dp``)."""
-    if len(rep.collectives) != 1:   # the message chapter 6 shows
-        raise AssertionError(f"expected one collective, got {_rows(rep)}")
-    _on(rep, "gpu")
-    _expect().check("rnn.dp", rep, grad_bytes=grad_bytes - 4)
-
-
-def check_data_parallel_cpu(rep, grad_bytes: int, loop: bool = True):
-    """XLA:CPU: the tuple all-reduce of the gradients, in the backward loop
-    (``rnn.dp``; ``loop=False``: ``tiny.dp``)."""
-    _on(rep, "cpu")
-    _expect().check("rnn.dp" if loop else "tiny.dp", rep, grad_bytes=grad_bytes)
-
-
-def check_rnn_hidden_gpu(rep, B, T, H, O, n_hidden: int, n_batch: int = 1,
-                         grad_bytes: int | None = None):
-    """XLA:GPU, hidden axis split (``rnn.hidden``; with a batch axis ``rnn.2d``)."""
-    _on(rep, "gpu")
-    if n_batch == 1:
-        _expect().check("rnn.hidden", rep, B=B, T=T, H=H, O=O, n=n_hidden)
-    else:
-        _expect().check("rnn.2d", rep, B=B, T=T, H=H, O=O, nb=n_batch, nh=n_hidden,
-                        grad_bytes=grad_bytes - 4)
-
-
-def check_rnn_hidden_cpu(rep, B, H, O, n_hidden: int, n_batch: int = 1):
-    """XLA:CPU, hidden axis split (``rnn.hidden``)."""
-    _on(rep, "cpu")
-    _expect().check("rnn.hidden", rep, B=B, H=H, O=O, n=n_hidden)
-
-
-def check_coba_gpu(rep, n_exc: int, n_inh: int):
-    """XLA:GPU: the E and I spikes all-gathered asynchronously (``coba.step``)."""
-    _on(rep, "gpu")
-    _expect().check("coba.step", rep, exc=n_exc, inh=n_inh)
-
-
-def check_coba_cpu(rep, n_exc: int, n_inh: int):
-    """XLA:CPU: two synchronous all-gathers per step (``coba.step``)."""
-    _on(rep, "cpu")
-    _expect().check("coba.step", rep, exc=n_exc, inh=n_inh)
-
-
-def check_fsdp_gpu(rep, D: int, layers: int, n: int):
-    """XLA:GPU, FSDP of the MLP (``mlp.fsdp``)."""
-    _on(rep, "gpu")
-    _expect().check("mlp.fsdp", rep, D=D, layers=layers, n=n)
-
-
-def check_fsdp_cpu(rep, D: int, layers: int):
-    """XLA:CPU, FSDP of the MLP (``mlp.fsdp``)."""
-    _on(rep, "cpu")
-    _expect().check("mlp.fsdp", rep, D=D, layers=layers)
 
 
 def sparse_index(target, N: int = 840, K: int = 84):

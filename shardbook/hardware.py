@@ -71,34 +71,34 @@ GPUS = {
 # endregion
 _SPEC = ("XLA's device spec, xla/backends/gpu/target_config/specs/{} "
          "(shardbook/gpu_specs)")
+
+
+def _gpu_sources(key: str, datasheet: str, memory: str, **more: str) -> dict:
+    """The sources of ``GPUS[key]``: :data:`SOURCES` (with ``more`` where this GPU
+    differs), the datasheet's peaks and memory, XLA's device spec of L2 and memory."""
+    spec = _SPEC.format(f"{key}.txtpb")
+    return {
+        **SOURCES, **more,
+        "fp32_flops": f"{datasheet}: FP32 67 TFLOPS",
+        "bf16_flops": f"{datasheet}: BF16 Tensor Core 1,979 TFLOPS with sparsity, so "
+                      "989 dense",
+        "l2_bytes": f"{spec}: l2_cache_size {GPUS[key]['l2_bytes']}; NVIDIA Hopper "
+                    "architecture whitepaper: 50 MB L2",
+        "memory_bytes": f"{spec}: device_memory_size {GPUS[key]['memory_bytes']}, what "
+                        "cudaMemGetInfo reports as total",
+        "memory_datasheet_bytes": f"{datasheet}: {memory}",
+    }
+
+
 GPU_SOURCES = {
-    "h200": {
-        **SOURCES,
-        "fp32_flops": "NVIDIA H200 datasheet: FP32 67 TFLOPS",
-        "bf16_flops": "NVIDIA H200 datasheet: BF16 Tensor Core 1,979 TFLOPS with "
-                      "sparsity, so 989 dense",
-        "l2_bytes": _SPEC.format("h200.txtpb") + ": l2_cache_size 52428800; NVIDIA "
-                    "Hopper architecture whitepaper: 50 MB L2",
-        "memory_bytes": _SPEC.format("h200.txtpb") + ": device_memory_size "
-                        "151397597184, what cudaMemGetInfo reports as total",
-        "memory_datasheet_bytes": "NVIDIA H200 datasheet: 141 GB HBM3e",
-    },
-    "h100_sxm": {
-        **SOURCES,
-        "hbm_bytes_per_s": "NVIDIA H100 Tensor Core GPU datasheet, SXM: 3.35 TB/s HBM3",
-        "nvlink_bytes_per_s": "NVIDIA H100 datasheet, SXM: NVLink 900 GB/s",
-        "net_bytes_per_s": "NVIDIA DGX H100 datasheet: 8 x ConnectX-7, 400 Gb/s "
-                           "InfiniBand each",
-        "gpus_per_node": "DGX/HGX H100: 8 GPUs on NVLink switches",
-        "fp32_flops": "NVIDIA H100 datasheet, SXM: FP32 67 TFLOPS",
-        "bf16_flops": "NVIDIA H100 datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with "
-                      "sparsity, so 989 dense",
-        "l2_bytes": _SPEC.format("h100_sxm.txtpb") + ": l2_cache_size 52428800; "
-                    "NVIDIA Hopper architecture whitepaper: 50 MB L2",
-        "memory_bytes": _SPEC.format("h100_sxm.txtpb") + ": device_memory_size "
-                        "84942979072, what cudaMemGetInfo reports as total",
-        "memory_datasheet_bytes": "NVIDIA H100 datasheet, SXM: 80 GB HBM3",
-    },
+    "h200": _gpu_sources("h200", "NVIDIA H200 datasheet", "141 GB HBM3e"),
+    "h100_sxm": _gpu_sources(
+        "h100_sxm", "NVIDIA H100 datasheet, SXM", "80 GB HBM3",
+        hbm_bytes_per_s="NVIDIA H100 Tensor Core GPU datasheet, SXM: 3.35 TB/s HBM3",
+        nvlink_bytes_per_s="NVIDIA H100 datasheet, SXM: NVLink 900 GB/s",
+        net_bytes_per_s="NVIDIA DGX H100 datasheet: 8 x ConnectX-7, 400 Gb/s "
+                        "InfiniBand each",
+        gpus_per_node="DGX/HGX H100: 8 GPUs on NVLink switches"),
 }
 
 

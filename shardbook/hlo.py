@@ -31,8 +31,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 __all__ = ["COLLECTIVES", "EXAMPLE_LINE", "Collective", "Program", "While",
-           "collectives", "constant_bytes", "constants", "count", "shape_bytes",
-           "summary"]
+           "shape_bytes"]
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute",
                "all-to-all", "collective-broadcast", "ragged-all-to-all")
@@ -423,86 +422,3 @@ class Program:
         prog._constants = [tuple(c) for c in data.get("constants", [])]
         prog._enclosing = {k: tuple(v) for k, v in data.get("enclosing", {}).items()}
         return prog
-
-
-# --- compat: notebooks not yet migrated (issue 18); remove with them
-def _program(compiled_or_text) -> Program:
-    if isinstance(compiled_or_text, Program):
-        return compiled_or_text
-    if isinstance(compiled_or_text, str):
-        return Program(compiled_or_text)
-    return Program(compiled_or_text.as_text())   # no memory analysis needed here
-
-
-@dataclass(frozen=True)
-class _OldCollective:
-    op: str
-    computation: str
-    per_step: bool
-    shapes: tuple           # ((dtype, dims), ...)
-    nbytes: int
-
-    def __str__(self) -> str:
-        shp = ", ".join(f"{d}[{','.join(map(str, s))}]" for d, s in self.shapes)
-        where = "per loop step" if self.per_step else "once per call"
-        return f"{self.op:<18} {shp:<28} {self.nbytes:>10,} B  {where}"
-
-
-def _old(c: Collective) -> _OldCollective:
-    shapes = []
-    for s in c.shapes:
-        dtype, dims = s[:-1].split("[")
-        shapes.append((dtype, tuple(int(d) for d in dims.split(",") if d)))
-    shapes = tuple(shapes)
-    return _OldCollective(c.op, c.computation, c.per_step, shapes, c.nbytes)
-
-
-def collectives(compiled_or_text) -> list:
-    """Every collective instruction in a compiled program, in program order."""
-    return [_old(c) for c in _program(compiled_or_text).collectives]
-
-
-def count(compiled_or_text, per_step: bool | None = None) -> Counter:
-    """``Counter`` of collective kinds; ``per_step``: only loop-body/outside ones."""
-    prog = _program(compiled_or_text)
-    return prog.counts() if per_step is None else prog.counts(per_step=per_step)
-
-
-def summary(compiled_or_text) -> str:
-    """A printable list of the collectives, one per line."""
-    cs = collectives(compiled_or_text)
-    if not cs:
-        return "no collectives: every device computes alone"
-    return "\n".join(str(c) for c in cs)
-
-
-def constants(compiled_or_text, min_bytes: int = 1024) -> list[tuple[str, int]]:
-    """Large ``constant`` instructions: arrays baked into the program itself."""
-    return _program(compiled_or_text).constants(min_bytes)
-
-
-def constant_bytes(compiled_or_text, min_bytes: int = 1024) -> int:
-    """Total bytes of the large constants baked into one device's program."""
-    return _program(compiled_or_text).constant_bytes(min_bytes)
-
-
-def _legacy_collective(c: Collective) -> dict:
-    return {"op": c.op, "async": c.async_, "computation": c.computation, "loop": c.loop,
-            "per_step": c.per_step, "backward": c.phase == "bwd",
-            "shapes": list(c.shapes), "nbytes": c.nbytes}
-
-
-def _legacy_item(self: Program, key: str):
-    """The report dicts of the old gputarget: ``rep["collectives"]``, ``["memory"]``."""
-    if key == "collectives":
-        return [_legacy_collective(c) for c in self.collectives]
-    if key == "memory":
-        return self.memory
-    if key == "text":
-        return self.text
-    if key == "whiles":
-        return len(self.whiles)
-    return self.meta[key]
-
-
-Program.__getitem__ = _legacy_item

@@ -18,7 +18,8 @@ MiB = 2**20
 
 
 def compiled_memory(compiled) -> dict[str, int]:
-    """Per-device bytes of a compiled program: arguments, outputs, temporaries, code and total."""
+    """Per-device bytes of a compiled program: arguments, outputs, temporaries, code and
+    total."""
     m = compiled.memory_analysis()
     out = dict(
         arguments=int(m.argument_size_in_bytes),
@@ -28,7 +29,9 @@ def compiled_memory(compiled) -> dict[str, int]:
         code=int(m.generated_code_size_in_bytes),
     )
     # outputs that alias (donated) arguments occupy no extra space
-    out["total"] = out["arguments"] + out["outputs"] - out["aliased"] + out["temporaries"]
+    out["total"] = (
+        out["arguments"] + out["outputs"] - out["aliased"] + out["temporaries"]
+    )
     return out
 
 
@@ -42,7 +45,8 @@ def fmt_bytes(n: float) -> str:
 
 @dataclass
 class Ledger:
-    """Rows of (item, predicted bytes, measured bytes), with a relative tolerance per row.
+    """Rows of (item, predicted bytes, measured bytes), with a relative tolerance per
+    row.
 
     ``check()`` raises ``AssertionError`` naming every row whose measurement misses
     its prediction, so a notebook can state a memory model and prove it in one cell.
@@ -51,16 +55,23 @@ class Ledger:
     title: str = "bytes per device"
     rows: list = field(default_factory=list)
 
-    def add(self, item: str, predicted: float, measured: float, rtol: float = 0.01) -> "Ledger":
+    def add(
+        self, item: str, predicted: float, measured: float, rtol: float = 0.01
+    ) -> "Ledger":
         self.rows.append((item, float(predicted), float(measured), float(rtol)))
         return self
 
     def __str__(self) -> str:
         w = max([len(r[0]) for r in self.rows] + [4])
-        lines = [self.title, f"{'item':<{w}}  {'predicted':>14}  {'measured':>14}  {'ratio':>6}"]
+        lines = [
+            self.title,
+            f"{'item':<{w}}  {'predicted':>14}  {'measured':>14}  {'ratio':>6}",
+        ]
         for item, p, m, _ in self.rows:
             ratio = m / p if p else float("nan") if m else 1.0
-            lines.append(f"{item:<{w}}  {fmt_bytes(p):>14}  {fmt_bytes(m):>14}  {ratio:>6.3f}")
+            lines.append(
+                f"{item:<{w}}  {fmt_bytes(p):>14}  {fmt_bytes(m):>14}  {ratio:>6.3f}"
+            )
         return "\n".join(lines)
 
     def _repr_pretty_(self, p, cycle):  # IPython display
@@ -72,12 +83,17 @@ class Ledger:
             for item, p, m, rtol in self.rows
             if abs(m - p) > rtol * max(abs(p), 1.0)
         ]
-        assert not bad, "memory model disagrees with measurement:\n  " + "\n  ".join(bad)
+        assert not bad, "memory model disagrees with measurement:\n  " + "\n  ".join(
+            bad
+        )
         return self
 
 
-def largest_fitting(bytes_for_size, memory_bytes: float, lo: int = 1, hi: int = 1 << 40, step: int = 1) -> int:
-    """Largest size ``n`` (a multiple of ``step``) with ``bytes_for_size(n) <= memory_bytes``.
+def largest_fitting(
+    bytes_for_size, memory_bytes: float, lo: int = 1, hi: int = 1 << 40, step: int = 1
+) -> int:
+    """Largest size ``n`` (a multiple of ``step``) with ``bytes_for_size(n) <=
+    memory_bytes``.
 
     ``bytes_for_size`` must be non-decreasing.  Returns 0 if not even ``step`` fits.
     """

@@ -28,7 +28,9 @@ def owner_map(x: Any, axis: int) -> list[list[int]]:
     return [sorted(o) for o in owners]
 
 
-def plot_axis_ownership(x: Any, axis_labels: Sequence[str] | None = None, ax=None, title: str | None = None):
+def plot_axis_ownership(
+    x: Any, axis_labels: Sequence[str] | None = None, ax=None, title: str | None = None
+):
     """Draw each axis of ``x`` as a bar, split into the blocks that each device owns.
 
     Works for any number of dimensions, e.g. (batch, time, neuron).  Three cases look
@@ -79,11 +81,15 @@ def plot_axis_ownership(x: Any, axis_labels: Sequence[str] | None = None, ax=Non
                     edgecolor=edge, hatch=hatch)
             ax.text((start + stop) / 2 / n, row, text, ha="center", va="center",
                     fontsize=8)
-    ax.set_yticks(range(arr.ndim), [f"{lab} ({arr.shape[i]})" for i, lab in enumerate(labels)])
+    ax.set_yticks(
+        range(arr.ndim), [f"{lab} ({arr.shape[i]})" for i, lab in enumerate(labels)]
+    )
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xticks([])
-    ax.set_title(title or f"which device holds each slice: {arr.dtype}{list(arr.shape)}")
+    ax.set_title(
+        title or f"which device holds each slice: {arr.dtype}{list(arr.shape)}"
+    )
     return ax
 
 
@@ -104,7 +110,8 @@ def round_bytes(v: float) -> str:
 
 def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device",
               binary: bool = False) -> None:
-    """Make ``axis`` of ``ax`` a log byte axis with ticks at powers of ten, round labels.
+    """Make ``axis`` of ``ax`` a log byte axis with ticks at powers of ten, round
+    labels.
 
     Call it after the data are plotted (and limits are set): the ticks are the powers of
     ten inside the axis limits, labelled ``1 kB``, ``10 kB``, ``100 kB``, ``1 MB``...
@@ -116,19 +123,24 @@ def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device",
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
     lo = max(lo, 1e-300)
-    if binary:   # the tables' units: ticks at 4^k bytes, labelled in B, KiB, MiB, GiB
-        _binary_axis(ax, axis, lo, hi, label)
-        return
-    ticks = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-             if lo <= 10.0 ** k <= hi]
-    if not ticks:  # the data span less than one decade: one tick at the nearest power
-        ticks = [10.0 ** round(math.log10(math.sqrt(lo * hi)))]
+    # decimal: ticks at 10^k labelled kB, MB...; binary (the tables' units): ticks at
+    # 4^k labelled KiB, MiB...
+    if binary:
+        base, fmt, unit = 4, round_binary, "1 KiB = 1024 B"
+    else:
+        base, fmt, unit = 10, round_bytes, "1 kB = 1000 B"
+    log = math.log10 if base == 10 else (lambda x: math.log(x, base))
+    first, last = math.floor(log(lo)), math.ceil(log(hi))
+    ticks = [float(base) ** k for k in range(first, last + 1)
+             if lo <= float(base) ** k <= hi]
+    if not ticks:  # the data span less than one step: one tick at the nearest power
+        ticks = [float(base) ** round(log(math.sqrt(lo * hi)))]
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_locator(mticker.FixedLocator(ticks))
-    target.set_major_formatter(mticker.FixedFormatter([round_bytes(t) for t in ticks]))
+    target.set_major_formatter(mticker.FixedFormatter([fmt(t) for t in ticks]))
     target.set_minor_formatter(mticker.NullFormatter())
     if label is not None:
-        (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{label} (1 kB = 1000 B)")
+        (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{label} ({unit})")
 
 
 def round_binary(v: float) -> str:
@@ -139,23 +151,6 @@ def round_binary(v: float) -> str:
     return f"{v:g} B"
 
 
-def _binary_axis(ax, axis, lo, hi, label):
-    import math
-
-    import matplotlib.ticker as mticker
-
-    first, last = math.floor(math.log(lo, 4)), math.ceil(math.log(hi, 4))
-    ticks = [4.0 ** k for k in range(first, last + 1) if lo <= 4.0 ** k <= hi]
-    if not ticks:
-        ticks = [4.0 ** round(math.log(math.sqrt(lo * hi), 4))]
-    target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_locator(mticker.FixedLocator(ticks))
-    target.set_major_formatter(mticker.FixedFormatter([round_binary(t) for t in ticks]))
-    target.set_minor_formatter(mticker.NullFormatter())
-    if label is not None:
-        (ax.set_ylabel if axis == "y" else ax.set_xlabel)(f"{label} (1 KiB = 1024 B)")
-
-
 def legend_outside(ax, **kw) -> None:
     """Put the legend to the right of the axes, off the data."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
@@ -163,8 +158,12 @@ def legend_outside(ax, **kw) -> None:
 
 
 def plot_bytes_vs_devices(
-    counts: Sequence[int], series: dict[str, Sequence[float]], ax=None, title: str = "bytes per device",
-    predicted: dict[str, Sequence[float]] | None = None, binary: bool = False,
+    counts: Sequence[int],
+    series: dict[str, Sequence[float]],
+    ax=None,
+    title: str = "bytes per device",
+    predicted: dict[str, Sequence[float]] | None = None,
+    binary: bool = False,
 ):
     """Bytes per device against device count, one line per strategy (log-log).
 
@@ -185,9 +184,18 @@ def plot_bytes_vs_devices(
             continue
         line, = ax.plot(counts, values, "o-", label=f"{name} (measured)")
         if predicted and name in predicted:
-            ax.plot(counts, predicted[name], "--", color=line.get_color(), alpha=0.6, label=f"{name} (predicted)")
+            ax.plot(
+                counts,
+                predicted[name],
+                "--",
+                color=line.get_color(),
+                alpha=0.6,
+                label=f"{name} (predicted)",
+            )
     if binary and predicted:
-        ax.plot([], [], "-", color="0.5", lw=7, alpha=0.25, label="pale band: predicted")
+        ax.plot(
+            [], [], "-", color="0.5", lw=7, alpha=0.25, label="pale band: predicted"
+        )
         ax.plot([], [], "o-", color="0.3", ms=5, lw=1.2, label="markers: measured")
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(counts), [str(c) for c in counts])

@@ -43,9 +43,10 @@ import os
 from unittest import mock
 
 __all__ = ["PINNED_JAX", "PINNED_ORBAX", "PINNED_BRAINSTATE", "PINNED_MYSTNB",
-           "PrivateAPIError", "installed", "require", "require_jax", "gloo_on_loopback",
-           "cluster_types", "detector_variables", "detect_cluster", "orbax_reads_recorded",
-           "ORBAX_KILL_BEFORE_COMMIT", "bm_jit_parts", "replace_state_values",
+           "PrivateAPIError", "installed", "require", "require_jax",
+           "gloo_on_loopback", "cluster_types", "detector_variables", "detect_cluster",
+           "orbax_reads_recorded", "ORBAX_KILL_BEFORE_COMMIT", "bm_jit_parts",
+           "replace_state_values",
            "replace_mystnb_stream_merge"]
 
 PINNED_JAX = "0.10.2"
@@ -70,9 +71,10 @@ def require(package: str, pinned: str, what: str) -> None:
     have = installed(package)
     if have != pinned:
         raise PrivateAPIError(
-            f"{what} uses private internals of {package} {pinned}, the version this book "
-            f"pins (requirements.txt); {have} is installed. Install {package}=={pinned}, "
-            f"or check shardbook/jax_private.py against {package} {have}.")
+            f"{what} uses private internals of {package} {pinned}, the version this "
+            f"book pins (requirements.txt); {have} is installed. Install "
+            f"{package}=={pinned}, or check shardbook/private.py against {package} "
+            f"{have}.")
 
 
 def require_jax(what: str) -> None:
@@ -98,7 +100,9 @@ def gloo_on_loopback(address: str = "127.0.0.1") -> None:
             distributed_client=distributed.global_state.client, hostname=address)
         return xla_bridge.make_cpu_client(collectives=gloo)
 
-    xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
+    xla_bridge.register_backend_factory(
+        "cpu", cpu_client, priority=0, fail_quietly=False
+    )
 
 
 # ------------------------------------------------------------ 2. cluster detection
@@ -110,7 +114,10 @@ def cluster_types() -> list[tuple[str, bool]]:
     require_jax("cluster_types")
     from jax._src import clusters
 
-    return [(c.__name__, bool(c.opt_in_only_method)) for c in clusters.ClusterEnv._cluster_types]
+    return [
+        (c.__name__, bool(c.opt_in_only_method))
+        for c in clusters.ClusterEnv._cluster_types
+    ]
 
 
 def detector_variables() -> dict[str, list[str]]:
@@ -122,15 +129,22 @@ def detector_variables() -> dict[str, list[str]]:
 
     def names(module, cls):
         used = inspect.getsource(cls)
-        return [v for k, v in vars(module).items()
-                if k.startswith("_") and k[1:].isupper() and isinstance(v, str) and k in used]
+        return [
+            v
+            for k, v in vars(module).items()
+            if k.startswith("_")
+            and k[1:].isupper()
+            and isinstance(v, str)
+            and k in used
+        ]
 
     return {"SLURM": names(slurm_cluster, slurm_cluster.SlurmCluster),
             "Open MPI": names(ompi_cluster, ompi_cluster.OmpiCluster)}
 
 
 def detect_cluster(env: dict, method: str | None = None):
-    """What ``jax.distributed.initialize()`` would use with the launcher variables ``env``.
+    """What ``jax.distributed.initialize()`` would use with the launcher variables
+    ``env``.
 
     Returns (coordinator_address, num_processes, process_id, local_device_ids).  The
     launcher variables of this process are hidden; nothing is started.
@@ -174,7 +188,8 @@ from orbax.checkpoint._src.path import atomicity
 
 finalize = atomicity.AtomicRenameTemporaryPath.finalize
 async def killed_before_commit(self):
-    if self.get_final().name.isdigit():      # the step directory: die instead of committing
+    if self.get_final().name.isdigit():      # the step directory: die instead of
+    committing
         os.kill(os.getpid(), signal.SIGKILL)
     await finalize(self)                     # the item inside it finalizes as usual
 atomicity.AtomicRenameTemporaryPath.finalize = killed_before_commit

@@ -2,7 +2,8 @@
 
 Real-hardware numbers live in data files under ``book/data/``; each records the device
 kind and count, the GPU driver, the library versions actually used (which may differ
-from ``requirements.txt`` on a machine with its own JAX build), the date and the command.
+from ``requirements.txt`` on a machine with its own JAX build), the date and the
+command.
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def gpu_driver() -> str | None:
         return None
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+             "--format=csv,noheader"],
             capture_output=True, text=True, timeout=30)
         return out.stdout.strip() or None
     except Exception:
@@ -41,14 +43,19 @@ def gpu_driver() -> str | None:
 
 
 def provenance(command: str | None = None) -> dict:
-    """Devices, driver, versions, date and command of a measurement made in this process."""
+    """Devices, driver, versions, date and command of a measurement made in this
+    process."""
     import jax
 
     devs = jax.devices()
     return dict(
-        device_kind=devs[0].device_kind, device_count=len(devs), platform=devs[0].platform,
-        simulated=devs[0].platform == "cpu", driver=gpu_driver(),
-        versions={p: version(p) for p in PACKAGES} | {"python": platform.python_version()},
+        device_kind=devs[0].device_kind,
+        device_count=len(devs),
+        platform=devs[0].platform,
+        simulated=devs[0].platform == "cpu",
+        driver=gpu_driver(),
+        versions={p: version(p) for p in PACKAGES}
+        | {"python": platform.python_version()},
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         command=command if command is not None else " ".join(sys.argv),
     )

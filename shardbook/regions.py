@@ -97,8 +97,10 @@ def region(name: str, package=None) -> str:
 
         near = difflib.get_close_matches(name, list(found), n=3)
         hint = f" Did you mean {', '.join(near)}?" if near else ""
-        raise RegionError(f"no source region named {name!r} in shardbook.{hint} Mark one "
-                          "with '# region: NAME' ... '# endregion'.")
+        raise RegionError(
+            f"no source region named {name!r} in shardbook.{hint} Mark one "
+            "with '# region: NAME' ... '# endregion'."
+        )
     return found[name].text
 
 

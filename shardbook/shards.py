@@ -17,7 +17,8 @@ __all__ = ["as_jax", "shard_rows", "shard_table", "describe", "bytes_per_device"
 
 
 def as_jax(x: Any):
-    """The ``jax.Array`` behind ``x``: a ``brainpy.math.Array``/``Variable`` wraps one in ``.value``."""
+    """The ``jax.Array`` behind ``x``: a ``brainpy.math.Array``/``Variable`` wraps one
+    in ``.value``."""
     import jax
 
     if isinstance(x, jax.Array):
@@ -25,7 +26,9 @@ def as_jax(x: Any):
     value = getattr(x, "value", None)
     if isinstance(value, jax.Array):
         return value
-    raise TypeError(f"expected a jax.Array or a brainpy.math.Array, got {type(x).__name__}")
+    raise TypeError(
+        f"expected a jax.Array or a brainpy.math.Array, got {type(x).__name__}"
+    )
 
 
 def _fmt_index(index: tuple, shape: tuple) -> str:
@@ -63,7 +66,8 @@ def shard_table(x: Any, addressable_only: bool = False) -> str:
     lines = [f"{arr.dtype}{list(arr.shape)}  {describe(arr)}", head]
     for r in rows:
         lines.append(
-            f"{r['device']:>6}  {r['index']:<24} {str(r['shape']):<16} {r['nbytes']:>10,}  {r['replica']}"
+            f"{r['device']:>6}  {r['index']:<24} {str(r['shape']):<16} "
+            f"{r['nbytes']:>10,}  {r['replica']}"
         )
     return "\n".join(lines)
 
@@ -81,12 +85,15 @@ def _leaves(xs: Iterable[Any]):
     import jax
 
     for x in xs:
-        for leaf in jax.tree_util.tree_leaves(x, is_leaf=lambda v: hasattr(v, "value") and not isinstance(v, jax.Array)):
+        for leaf in jax.tree_util.tree_leaves(
+            x, is_leaf=lambda v: hasattr(v, "value") and not isinstance(v, jax.Array)
+        ):
             yield as_jax(leaf)
 
 
 def bytes_per_device(*xs: Any) -> dict[int, int]:
-    """Bytes that the given arrays (or pytrees of them) occupy on each device, from their shards."""
+    """Bytes that the given arrays (or pytrees of them) occupy on each device, from
+    their shards."""
     import jax
 
     total: dict[int, int] = defaultdict(int)
@@ -138,17 +145,19 @@ def check_tiling(x: Any, expected: Any = None) -> None:
         f"shards do not tile the array exactly once per replica: coverage ranges "
         f"{cover.min()}..{cover.max()}, replicas {len(replicas)}"
     )
-    assert np.array_equal(rebuilt, whole), "replica-0 shards do not reassemble to the array"
+    assert np.array_equal(rebuilt, whole), (
+        "replica-0 shards do not reassemble to the array"
+    )
 
 
 def check_sharding(x: Any, spec: Any, mesh: Any = None) -> None:
     """Assert that ``x`` is laid out as ``NamedSharding(mesh, spec)``.
 
     ``mesh`` defaults to the mesh of ``x``'s own sharding.  Layouts are compared with
-    ``Sharding.is_equivalent_to``, so ``P('x')`` and ``P('x', None)`` on a 2-D array match,
-    and a replicated array on one device matches any spec.  So on one device every
-    layout check passes whatever the spec: a layout assert proves something only with
-    more than one device on the axes it names.
+    ``Sharding.is_equivalent_to``, so ``P('x')`` and ``P('x', None)`` on a 2-D array
+    match, and a replicated array on one device matches any spec.  So on one device
+    every layout check passes whatever the spec: a layout assert proves something only
+    with more than one device on the axes it names.
     """
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -158,10 +167,13 @@ def check_sharding(x: Any, spec: Any, mesh: Any = None) -> None:
     if mesh is None:
         mesh = getattr(arr.sharding, "mesh", None)
         if mesh is None:
-            raise AssertionError(f"expected a NamedSharding with spec {spec}, got {describe(arr)}")
+            raise AssertionError(
+                f"expected a NamedSharding with spec {spec}, got {describe(arr)}"
+            )
     want = NamedSharding(mesh, spec)
     assert arr.sharding.is_equivalent_to(want, arr.ndim), (
-        f"array {arr.dtype}{list(arr.shape)} is laid out as {describe(arr)}, expected {spec} on mesh {dict(mesh.shape)}"
+        f"array {arr.dtype}{list(arr.shape)} is laid out as {describe(arr)}, "
+        f"expected {spec} on mesh {dict(mesh.shape)}"
     )
 
 

@@ -275,16 +275,3 @@ def check(predicted: TrainBytes, compiled, *, rtol: float = 1e-3,
     assert not bad, ("train memory model disagrees with memory_analysis():\n  "
                      + "\n  ".join(bad))
     return m
-
-
-# --- compat: notebooks not yet migrated (issue 18); remove with them
-# The pure step moved to shardbook.rnn (functional_step, adam_init, params_of).
-_MOVED = ("functional_step", "adam_init", "params_of")
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        from . import rnn
-
-        return getattr(rnn, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

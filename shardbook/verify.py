@@ -36,7 +36,8 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
 
 
 def _leaves(x: Any) -> list[np.ndarray]:
-    """The arrays in ``x`` (an array, a BrainPy Variable, or a dict/list/tuple of them)."""
+    """The arrays in ``x`` (an array, a BrainPy Variable, or a dict/list/tuple of
+    them)."""
     if isinstance(x, dict):
         return [a for k in sorted(x, key=str) for a in _leaves(x[k])]
     if isinstance(x, (list, tuple)):
@@ -72,7 +73,9 @@ class Gap:
         what = f"{self.what}: " if self.what else ""
         if self.exact:
             return f"[{self.check}] {what}bit-identical"
-        return f"[{self.check}] {what}equal within rtol {self.rtol:g}, atol {self.atol:g}"
+        return (
+            f"[{self.check}] {what}equal within rtol {self.rtol:g}, atol {self.atol:g}"
+        )
 
 
 def _log(gap: Gap) -> None:
@@ -94,13 +97,17 @@ def _log(gap: Gap) -> None:
 
 def _pairs(check: str, actual: Any, desired: Any):
     if not _NAME_RE.match(check):
-        raise ValueError(f"check name {check!r}: use lower case, digits and '.', e.g. 'ch2.grads'")
+        raise ValueError(
+            f"check name {check!r}: use lower case, digits and '.', e.g. 'ch2.grads'"
+        )
     a, d = _leaves(actual), _leaves(desired)
     if len(a) != len(d):
         raise AssertionError(f"[{check}] {len(a)} arrays against {len(d)}")
     for i, (x, y) in enumerate(zip(a, d)):
         if x.shape != y.shape:
-            raise AssertionError(f"[{check}] array {i}: shape {x.shape} against {y.shape}")
+            raise AssertionError(
+                f"[{check}] array {i}: shape {x.shape} against {y.shape}"
+            )
     return a, d
 
 
@@ -113,7 +120,9 @@ def close(check: str, actual: Any, desired: Any, *, rtol: float, atol: float,
     Returns the :class:`Gap`; print it for the verdict.
     """
     if rtol < 0 or atol < 0 or (rtol == 0 and atol == 0):
-        raise ValueError("give a positive rtol or atol (use identical() for bit-equality)")
+        raise ValueError(
+            "give a positive rtol or atol (use identical() for bit-equality)"
+        )
     a, d = _pairs(check, actual, desired)
     ratio = max_abs = 0.0
     for i, (x, y) in enumerate(zip(a, d)):
@@ -129,12 +138,14 @@ def close(check: str, actual: Any, desired: Any, *, rtol: float, atol: float,
     if ratio > 1:
         raise AssertionError(
             f"[{check}] {what + ': ' if what else ''}NOT equal within rtol {rtol:g}, "
-            f"atol {atol:g}: worst difference {max_abs:.3g} is {ratio:.3g} times the tolerance")
+            f"atol {atol:g}: worst difference {max_abs:.3g} is {ratio:.3g} times the "
+            "tolerance")
     return gap
 
 
 def identical(check: str, actual: Any, desired: Any, *, what: str = "") -> Gap:
-    """Assert that ``actual`` and ``desired`` are equal bit for bit (same shapes too)."""
+    """Assert that ``actual`` and ``desired`` are equal bit for bit (same shapes
+    too)."""
     a, d = _pairs(check, actual, desired)
     bad = [i for i, (x, y) in enumerate(zip(a, d)) if not np.array_equal(x, y)]
     max_abs = 0.0
@@ -144,11 +155,15 @@ def identical(check: str, actual: Any, desired: Any, *, what: str = "") -> Gap:
             max_abs = max(max_abs, float(np.nanmax(np.abs(x.astype(np.float64) - y))))
         else:
             max_abs = max(max_abs, float(np.sum(x != y)))
-    gap = Gap(check, what, 0.0, 0.0, 0.0 if not bad else float("inf"), max_abs, exact=True)
+    gap = Gap(
+        check, what, 0.0, 0.0, 0.0 if not bad else float("inf"), max_abs, exact=True
+    )
     _log(gap)
     if bad:
-        raise AssertionError(f"[{check}] {what + ': ' if what else ''}NOT bit-identical "
-                             f"(arrays {bad}; largest difference {max_abs:.3g})")
+        raise AssertionError(
+            f"[{check}] {what + ': ' if what else ''}NOT bit-identical "
+            f"(arrays {bad}; largest difference {max_abs:.3g})"
+        )
     return gap
 
 

@@ -52,6 +52,20 @@ def gpu(key: tuple):
     return _GPU[key]
 
 
+def gpu_programs(jobs: dict) -> dict:
+    """``{name: Program}`` of registered jobs ``{name: key}``; skips the test where the
+    GPU-target wheels are not installed."""
+    import pytest
+
+    gt = book.gputarget
+    if not gt.wheels_installed():
+        pytest.skip(
+            f"GPU-target wheels not installed in {gt.target_dir()}: run "
+            "ci/install_gpu_target"
+        )
+    return {name: gpu(key) for name, key in jobs.items()}
+
+
 def here(builder: str, kwargs: dict | None = None, devices: int | None = None):
     """``compile_here`` of ``builder``, once per session."""
     key = _key(builder, kwargs, "cpu", devices, 1)

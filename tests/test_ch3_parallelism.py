@@ -178,19 +178,8 @@ def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
     train_vars = model.train_vars().unique()
     grad_fn = bm.grad(make_loss_fn(model), grad_vars=train_vars, return_value=True)
     adam = bp.optim.Adam(lr=1e-3, train_vars=train_vars)
-    if fix_counter:
-        adam.step.value = jax.device_put(adam.step.value, NamedSharding(mesh, P()))
-    if fix_specs:
-        variables = list(model.vars().unique().values()) + list(
-            adam.vars().unique().values()
-        )
-        for v in variables:
-            s = v.value.sharding
-            if isinstance(s, NamedSharding) and len(s.spec) and s.spec[-1] is None:
-                spec = s.spec
-                while len(spec) and spec[-1] is None:
-                    spec = P(*spec[:-1])
-                v.value = jax.device_put(v.value, NamedSharding(mesh, spec))
+    variables = [*model.vars().unique().values(), *adam.vars().unique().values()]
+    rnn.settle_layouts(variables, mesh, scalars=fix_counter, specs=fix_specs)
 
     @bm.jit
     def step(xs, ys):

@@ -17,7 +17,9 @@ import pyrun  # tests/pyrun.py
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from shardbook import book, coba, shards
+from shardbook import book
+
+coba, shards = book.coba, book.shards
 
 ROOT = Path(__file__).resolve().parent.parent
 N = jax.device_count()
@@ -198,13 +200,6 @@ def test_statistics():
     assert coba.cv_isi(s[:, :1]) == pytest.approx(0.0)
     assert coba.cv_isi(s[:, 1:]) > 0.5
     assert coba.population_rate(s[:, :1], bin_ms=10).shape == (10,)
-
-
-def test_source_sections():
-    assert "Cm = 200." in coba.source_section("parameters")
-    assert "def update" in coba.excerpt(coba.HH, "update")
-    with pytest.raises(KeyError):
-        coba.source_section("no such section")
 
 
 def _sweep(tmp_path, out, *extra):

@@ -161,7 +161,7 @@ def test_every_loop_of_the_push_step_has_a_known_trip_count(push_runs):
 
 def test_push_exchanges_indices_not_bools(push_runs):
     net, _, text = push_runs[N, "auto"]
-    gathers = sorted(c.nbytes for c in book.hlo.collectives(text) if c.per_step)
+    gathers = sorted(c.nbytes for c in book.Program(text).collectives if c.per_step)
     caps = [net.exchange_I.capacity, net.exchange_E.capacity]
     if N == 1:
         assert gathers == []
@@ -191,18 +191,18 @@ def h200():
 
 
 def test_push_for_8_h200_has_static_loops_and_an_eighth_of_the_bool_exchange(h200):
-    text = h200["text"]
+    text = h200.text
     assert unknown_trip_counts(text) == [], (
         "a loop would copy its predicate to the host"
     )
     assert _TRIPS.findall(text) == ["10"] and "conditional(" not in text
-    step = [c for c in h200["collectives"] if c["per_step"]]
-    assert [c["op"] for c in step] == ["all-gather"]  # E and I ids, combined by XLA:GPU
+    step = [c for c in h200.collectives if c.per_step]
+    assert [c.op for c in step] == ["all-gather"]  # E and I ids, combined by XLA:GPU
     n_exc, n_inh = round(0.8 * GPU_NEURONS), GPU_NEURONS - round(0.8 * GPU_NEURONS)
     caps = [coba.push.spike_capacity(n // 8) for n in (n_exc, n_inh)]
-    assert sorted(step[0]["shapes"]) == sorted(f"s32[{8 * c}]" for c in caps)
-    ids_bytes = sum(c["nbytes"] for c in step)
+    assert sorted(step[0].shapes) == sorted(f"s32[{8 * c}]" for c in caps)
+    ids_bytes = sum(c.nbytes for c in step)
     bool_bytes = GPU_NEURONS  # the bool all-gather's result: one byte per neuron
     assert ids_bytes <= bool_bytes / 8, (ids_bytes, bool_bytes)
     pred = coba.predict(n_exc, n_inh, 8, "push", counters=True)
-    assert h200["memory"]["arguments"] == pred["arguments"]
+    assert h200.memory["arguments"] == pred["arguments"]

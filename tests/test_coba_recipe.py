@@ -24,7 +24,7 @@ def test_the_recipes_step_has_only_the_spike_exchange():
     devices = book.devices()
     sim = _recipe().make_simulation(devices, scale=0.2)
     assert sim.record == ("count",)
-    per_step = [c for c in book.hlo.collectives(sim.compile(5)) if c.per_step]
+    per_step = [c for c in book.Program(sim.compile(5)).collectives if c.per_step]
     if len(devices) == 1:
         assert not per_step
         return
@@ -35,7 +35,7 @@ def test_the_recipes_step_has_only_the_spike_exchange():
     ]
     # the planted mistake: a rate summed inside the step is an all-reduce per step
     rate = book.coba.Simulation(sim.net, record=("count", "rate")).compile(5)
-    assert book.hlo.count(rate, per_step=True)["all-reduce"] >= 1
+    assert book.Program(rate).counts(per_step=True)["all-reduce"] >= 1
     sim.run(20)
     totals = sim.totals()  # the one reduction, after the run
     assert set(totals) == {"E", "I"} and all(t >= 0 for t in totals.values())

@@ -182,14 +182,8 @@ def test_region_markers(tmp_path):
         book.regions(pkg)
 
 
-PENDING = {"child"}  # being written; removed when they land
-
-
 def test_the_doorway_names_what_it_offers():
     for name in book.__all__:
-        try:
-            assert getattr(book, name) is not None
-        except (AttributeError, ModuleNotFoundError):
-            assert name in PENDING, name
+        assert getattr(book, name) is not None, name
     with pytest.raises(AttributeError, match="no public name 'hlo_private'"):
         getattr(book, "hlo_private")

@@ -23,7 +23,6 @@ from shardbook import book
 gt, expect = book.gputarget, book.expect
 ROOT = Path(__file__).resolve().parents[1]
 N = len(book.devices())  # 4 (tests/conftest.py)
-HAVE_WHEELS = gt.wheels_installed()
 CH2, CH3, FSDP = (book.config(name, 8).asdict() for name in ("ch2", "ch3", "fsdp"))
 RNN3 = {k: CH3[k] for k in ("B", "T", "I", "H", "O")}
 
@@ -235,12 +234,7 @@ def cpu_programs():
 
 @pytest.fixture(scope="module")
 def gpu_programs():
-    if not HAVE_WHEELS:
-        pytest.skip(
-            f"GPU-target wheels not installed in {gt.target_dir()}: run "
-            "ci/install_gpu_target"
-        )
-    return {name: shared.gpu(key) for name, key in GPU_JOBS.items()}
+    return shared.gpu_programs(GPU_JOBS)
 
 
 @pytest.mark.parametrize(

@@ -153,12 +153,7 @@ JOBS = {  # what depends on the target; the table's entries: tests/test_expect.p
 @pytest.fixture(scope="module")
 def gpu():
     """One child process for every GPU-target compile of the session."""
-    if not HAVE_WHEELS:
-        pytest.skip(
-            f"GPU-target wheels not installed in {gt.target_dir()}: run "
-            "ci/install_gpu_target"
-        )
-    return {name: shared.gpu(key) for name, key in JOBS.items()}
+    return shared.gpu_programs(JOBS)
 
 
 @needs_wheels
@@ -203,28 +198,6 @@ def test_resizing_a_coba_compile_is_exact(gpu):
     print(expect.check("coba.step", gpu["coba"], exc=3360, inh=840))
     assert gpu["coba_resized"].memory == gpu["coba"].memory
     assert gpu["coba_resized"].collectives == gpu["coba"].collectives
-
-
-@needs_wheels
-def test_the_compat_report_view_of_a_program(gpu):
-    """Notebooks not yet migrated read a Program as the old report dict."""
-    rep = gpu["coba"]
-    assert rep["memory"] is rep.memory and rep["target"] == "8 x NVIDIA H200"
-    assert rep["collectives"] == [
-        {
-            "op": "all-gather",
-            "async": True,
-            "loop": 0,
-            "per_step": True,
-            "backward": False,
-            "shapes": ["pred[3360]", "pred[840]"],
-            "nbytes": 4200,
-            "computation": rep.collectives[0].computation,
-        }
-    ]
-    assert gt.traffic(rep, 10) == rep.traffic(10) == (10, 42000)
-    assert gt.table(rep, "t") == rep.table("t")
-    assert rep["child_s"] > 0
 
 
 @pytest.mark.skipif(

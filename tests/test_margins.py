@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from shardbook.verify import VERDICT_RE
+from shardbook import book
+
+VERDICT_RE = book.verify.VERDICT_RE
 
 ROOT = Path(__file__).resolve().parent.parent
 MARGINS = ROOT / "book" / "data" / "tolerance_margins.json"

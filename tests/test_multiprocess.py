@@ -190,8 +190,9 @@ def _rasters(reports, out):
 
 
 def _coba_reference(devices, scale, steps):
-    from shardbook import coba
+    from shardbook import book
 
+    coba = book.coba
     net = coba.build(devices, scale=scale, seed=0)
     out = coba.Simulation(net, record=("spike",)).run(steps)
     return {

@@ -131,28 +131,17 @@ def _detect(monkeypatch, env):
 CLUSTERS = {
     # SLURM: any one variable missing and it is not detected
     "slurm": (
-        dict(
-            SLURM_JOB_ID="4242",
-            SLURM_STEP_NODELIST="gpu[017-020]",
-            SLURM_NTASKS="16",
-            SLURM_PROCID="13",
-            SLURM_LOCALID="1",
-        ),
-        f"gpu017:{61440 + 4242 % 4096}",
-        (16, 13, [1]),
-        "SLURM_LOCALID",
+        dict(SLURM_JOB_ID="4242", SLURM_STEP_NODELIST="gpu[017-020]", SLURM_NTASKS="16",
+             SLURM_PROCID="13", SLURM_LOCALID="1"),
+        f"gpu017:{61440 + 4242 % 4096}", (16, 13, [1]), "SLURM_LOCALID",
     ),
     # Open MPI 5 (PRRTE) sets the ranks but not OMPI_MCA_orte_hnp_uri: JAX 0.10.2
     # misses it
     "open mpi 4": (
-        dict(
-            OMPI_MCA_orte_hnp_uri="1531576320.0;tcp://10.96.0.1,10.148.0.1:34911",
-            OMPI_COMM_WORLD_SIZE="8",
-            OMPI_COMM_WORLD_RANK="5",
-            OMPI_COMM_WORLD_LOCAL_RANK="1",
-        ),
-        f"10.96.0.1:{61440 + (1531576320 // 4096) % 4096}",
-        (8, 5, [1]),
+        dict(OMPI_MCA_orte_hnp_uri="1531576320.0;tcp://10.96.0.1,10.148.0.1:34911",
+             OMPI_COMM_WORLD_SIZE="8", OMPI_COMM_WORLD_RANK="5",
+             OMPI_COMM_WORLD_LOCAL_RANK="1"),
+        f"10.96.0.1:{61440 + (1531576320 // 4096) % 4096}", (8, 5, [1]),
         "OMPI_MCA_orte_hnp_uri",
     ),
 }
@@ -200,9 +189,9 @@ def test_initialize_kwargs():
 def test_train_rnn_under_fake_slurm(tmp_path):
     """Two processes x 2 CPU devices, with the variables srun sets, on 127.0.0.1
     only."""
-    from shardbook.multiprocess import free_port
+    from shardbook import book
 
-    port = free_port()
+    port = book.multiprocess.free_port()
     ckpt = tmp_path / "ckpt"
     base = {
         k: v
@@ -268,7 +257,11 @@ def test_train_rnn_under_fake_slurm(tmp_path):
 
     import brainpy.math as bm
 
-    from shardbook.models import RNN, make_task, make_train_step
+    from shardbook import book
+
+    RNN, make_task, make_train_step = (
+        book.rnn.RNN, book.rnn.make_task, book.rnn.make_train_step
+    )
 
     with bm.sharding.device_mesh(np.array(jax.devices()), ["hidden"]):
         model = RNN(8, 8, 8, 4, seed=0)
@@ -314,30 +307,19 @@ def test_run_coba_initialize_kwargs():
         )
         == {}
     )
-    ompi5 = dict(
-        OMPI_COMM_WORLD_SIZE="8",
-        OMPI_COMM_WORLD_RANK="5",
-        OMPI_COMM_WORLD_LOCAL_RANK="1",
-        JAX_COORDINATOR_ADDRESS="n1:1234",
-    )
-    assert kw(ompi5) == dict(
-        coordinator_address="n1:1234",
-        num_processes=8,
-        process_id=5,
-        local_device_ids=[1],
-    )
-    mpich = dict(
-        PMI_SIZE="2",
-        PMI_RANK="1",
-        JAX_COORDINATOR_ADDRESS="127.0.0.1:9",
-        JAX_COORDINATOR_BIND_ADDRESS="127.0.0.1:9",
-    )
-    assert kw(mpich) == dict(
-        coordinator_address="127.0.0.1:9",
-        num_processes=2,
-        process_id=1,
-        coordinator_bind_address="127.0.0.1:9",
-    )
+    # (launcher's environment, what initialize gets): OpenMPI 5, then MPICH
+    cases = [
+        (dict(OMPI_COMM_WORLD_SIZE="8", OMPI_COMM_WORLD_RANK="5",
+              OMPI_COMM_WORLD_LOCAL_RANK="1", JAX_COORDINATOR_ADDRESS="n1:1234"),
+         dict(coordinator_address="n1:1234", num_processes=8, process_id=5,
+              local_device_ids=[1])),
+        (dict(PMI_SIZE="2", PMI_RANK="1", JAX_COORDINATOR_ADDRESS="127.0.0.1:9",
+              JAX_COORDINATOR_BIND_ADDRESS="127.0.0.1:9"),
+         dict(coordinator_address="127.0.0.1:9", num_processes=2, process_id=1,
+              coordinator_bind_address="127.0.0.1:9")),
+    ]
+    for env, expected in cases:
+        assert kw(env) == expected
 
 
 def _load(path):
@@ -356,8 +338,11 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     loopback (and the JAX coordinator is among them, so the check is not vacuous);
     the spike rasters that the ranks write equal this process's run bit for bit.
     """
-    from shardbook import verify
-    from shardbook.multiprocess import child_env, free_port
+    from shardbook import book
+
+    verify, child_env, free_port = (
+        book.verify, book.multiprocess.child_env, book.multiprocess.free_port
+    )
 
     port = free_port()
     env = child_env(dict(BOOK_COORDINATOR_PORT=str(port), DEVICES_PER_RANK="1"))
@@ -381,8 +366,9 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     import jax
     import numpy as np
 
-    from shardbook import coba
+    from shardbook import book
 
+    coba = book.coba
     net = coba.build(jax.devices()[:2], scale=scale, seed=0)
     ref = coba.Simulation(net, record=("spike",)).run(steps)
     ranks, whole = {}, {}
@@ -410,9 +396,9 @@ def test_jax_mpi4py_detector_under_mpiexec(tmp_path):
         "sys.stdout.write('DETECTED ' + line + '\\n')\n"
         "sys.stdout.flush()\n"
     )
-    from shardbook.multiprocess import child_env
+    from shardbook import book
 
-    env = child_env(dict(FI_PROVIDER="shm"))
+    env = book.multiprocess.child_env(dict(FI_PROVIDER="shm"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     r = pyrun.run(
         ["mpiexec.gforker", "-n", "2", sys.executable, str(script)],

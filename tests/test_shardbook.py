@@ -10,7 +10,10 @@ import pyrun  # tests/pyrun.py
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from shardbook import DeviceSetupError, hlo, memory, setup_devices, shards
+from shardbook import book
+
+DeviceSetupError, setup_devices = book.DeviceSetupError, book.setup_devices
+hlo, memory, shards = book.hlo, book.memory, book.shards
 
 N = jax.device_count()
 
@@ -166,8 +169,7 @@ def test_plots_run(mesh):
     import matplotlib
 
     matplotlib.use("Agg")
-    from shardbook import plotting
-
+    plotting = book.plotting
     x = jax.device_put(jnp.ones((8, 4, 12)), NamedSharding(mesh, P("x", None, None)))
     assert plotting.owner_map(x, 0)[0] == [0] and len(plotting.owner_map(x, 1)[0]) == 4
     plotting.plot_axis_ownership(x, ["batch", "time", "neuron"])
@@ -177,8 +179,7 @@ def test_plots_run(mesh):
 
 
 def test_mesh_shape_2d():
-    from shardbook import mesh_shape_2d
-
+    mesh_shape_2d = book.mesh_shape_2d
     assert [mesh_shape_2d(k) for k in range(1, 9)] == [
         (1, 1),
         (1, 2),
@@ -224,8 +225,7 @@ def test_byte_axis_ticks_are_round_powers_of_ten():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shardbook import plotting
-
+    plotting = book.plotting
     assert plotting.round_bytes(1e4) == "10 kB" and plotting.round_bytes(1e6) == "1 MB"
     assert plotting.round_bytes(100) == "100 B"
     ax = plotting.plot_bytes_vs_devices(

@@ -49,8 +49,11 @@ def _rank_pids(marker: str) -> list[int]:
 
 
 def test_srun_two_tasks_coba_equals_one_process(tmp_path):
-    from shardbook import verify
-    from shardbook.multiprocess import child_env, free_port
+    from shardbook import book
+
+    verify, child_env, free_port = (
+        book.verify, book.multiprocess.child_env, book.multiprocess.free_port
+    )
 
     state = tmp_path / "slurm"
     up = subprocess.run(
@@ -99,8 +102,9 @@ def test_srun_two_tasks_coba_equals_one_process(tmp_path):
 
     import jax
 
-    from shardbook import coba
+    from shardbook import book
 
+    coba = book.coba
     net = coba.build(jax.devices()[:2], scale=scale, seed=0)
     ref = coba.Simulation(net, record=("spike",)).run(steps)
     ranks, whole = {}, {}

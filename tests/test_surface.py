@@ -20,24 +20,8 @@ import pytest
 from shardbook import book
 
 ROOT = Path(__file__).resolve().parents[1]
-BEING_REWRITTEN = {"coba"}  # issue 18; emptied when they land
 # Files not yet moved onto the doorway (issue 18); emptied when they are.
-NOT_YET_MIGRATED = {
-    "ci/coba_sweep.py",
-    "ci/margins.py",
-    "recipes/run_coba.py",
-    "recipes/train_rnn.py",
-    "tests/test_checkpoint.py",
-    "tests/test_coba.py",
-    "tests/test_gputarget.py",
-    "tests/test_margins.py",
-    "tests/test_multiprocess.py",
-    "tests/test_planted_bugs.py",
-    "tests/test_recipes.py",
-    "tests/test_shardbook.py",
-    "tests/test_slurm.py",
-    "tests/test_train_memory.py",
-}
+NOT_YET_MIGRATED: set[str] = set()  # every file is on the doorway
 
 
 def _notebook_code(path: Path) -> str:
@@ -66,8 +50,6 @@ def _sources():
 
 
 def _public(module) -> set:
-    if module.__name__.rsplit(".", 1)[-1] in BEING_REWRITTEN:
-        return {n for n in dir(module) if not n.startswith("_")}
     return set(getattr(module, "__all__", ()))
 
 
@@ -131,11 +113,8 @@ def surface_violations(name: str, text: str) -> list[str]:
 
 def test_every_helper_module_declares_its_public_names():
     for name in book.__all__:
-        try:
-            value = getattr(book, name)
-        except (AttributeError, ModuleNotFoundError):
-            continue  # tests/test_doorway.py says which are still being written
-        if isinstance(value, type(book)) and name not in BEING_REWRITTEN:
+        value = getattr(book, name)
+        if isinstance(value, type(book)):
             assert _public(value), f"shardbook.{name} has no __all__"
             for public in _public(value):
                 assert hasattr(value, public), (

@@ -1,18 +1,19 @@
 """Event-driven connectivity that shards: a CSR per device, by presynaptic row.
 
 Each device owns a block of B postsynaptic neurons.  It keeps, for its block only, the
-graph as compressed sparse rows indexed by the *presynaptic* neuron: ``indptr`` (n_pre + 1
-row starts) and ``indices`` (the local target of each synapse).  A time step then visits
-only the rows of the neurons that spiked ("push", as event-driven simulators do), instead
-of reading every synapse ("pull", the index matrix).  Delivery runs under
+graph as compressed sparse rows indexed by the *presynaptic* neuron: ``indptr`` (n_pre +
+1 row starts) and ``indices`` (the local target of each synapse).  A time step then
+visits only the rows of the neurons that spiked ("push", as event-driven simulators do),
+instead of reading every synapse ("pull", the index matrix).  Delivery runs under
 ``jax.shard_map``: each device walks its own rows; nothing is exchanged but the gathered
 spike vector that every representation needs.
 
 JAX needs static shapes, so the events of a step are processed in chunks of ``chunk``
-synapses by a ``lax.while_loop``: a quiet step costs one chunk, a burst costs more chunks,
-and no event is ever dropped.  The input of a neuron is an integer count of spikes (exact
-in float32) times the weight, exactly like the index matrix: the two give the same spikes.
-Anchors: brainevent's event CSR kernels and GeNN's sparse "push" connectivity.
+synapses by a ``lax.while_loop``: a quiet step costs one chunk, a burst costs more
+chunks, and no event is ever dropped.  The input of a neuron is an integer count of
+spikes (exact in float32) times the weight, exactly like the index matrix: the two give
+the same spikes. Anchors: brainevent's event CSR kernels and GeNN's sparse "push"
+connectivity.
 """
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def local_csr(sources, n_pre):
 
 
 def rows_capacity(k: int, n_local: int) -> int:
-    """Static room for a block's synapses when their number is random (Poisson, mean k n_local):
-    the mean plus 10 standard deviations."""
+    """Static room for a block's synapses when their number is random (Poisson, mean k
+    n_local): the mean plus 10 standard deviations."""
     mean = k * n_local
     return int(mean + 10 * np.sqrt(mean) + 64)
 
@@ -58,11 +59,16 @@ def random_rows(key, n_pre, n_local, k, capacity):
 
     Source j gets Poisson(k n_local / n_pre) targets in the block, each uniform: every
     (pre, post) pair is connected with probability about p = k / n_pre, independently
-    (Bernoulli, as in the benchmark, up to double edges of probability p^2 / 2), and each
-    neuron receives k inputs on average.  The block's key is its own (seeded per block).
+    (Bernoulli, as in the benchmark, up to double edges of probability p^2 / 2), and
+    each neuron receives k inputs on average.  The block's key is its own (seeded per
+    block).
     """
-    degree = jax.random.poisson(jax.random.fold_in(key, 0), k * n_local / n_pre, (n_pre,))
-    indptr = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(degree, dtype=jnp.int32)])
+    degree = jax.random.poisson(
+        jax.random.fold_in(key, 0), k * n_local / n_pre, (n_pre,)
+    )
+    indptr = jnp.concatenate(
+        [jnp.zeros(1, jnp.int32), jnp.cumsum(degree, dtype=jnp.int32)]
+    )
     indices = jax.random.randint(jax.random.fold_in(key, 1), (capacity,), 0, n_local,
                                  dtype=jnp.int32)
     return indptr, indices
@@ -139,7 +145,9 @@ class EventCSR(bp.dnn.Layer):
         self.n_pre, self.n_post, self.weight, self.mesh = n_pre, n_post, weight, mesh
         self.devices = 1 if mesh is None else mesh.shape[NEURON]
         if n_post % self.devices:
-            raise ValueError(f"{n_post} neurons do not split over {self.devices} devices")
+            raise ValueError(
+                f"{n_post} neurons do not split over {self.devices} devices"
+            )
         self.n_local = n_post // self.devices
         self.chunk = chunk_size(k * self.n_local, chunk_fraction)
         if sources is not None:
@@ -147,7 +155,8 @@ class EventCSR(bp.dnn.Layer):
         else:
             cap = rows_capacity(k, self.n_local)
             indptr, indices = _rows_builder(mesh, n_pre, self.n_local, k, cap)(key)
-        if sources is None:  # the room for a random number of synapses must have sufficed
+        # the room for a random number of synapses must have sufficed
+        if sources is None:
             # a replicated max over the blocks' ends: readable in every process
             replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, P())
             most = int(jax.device_get(jax.jit(
@@ -155,8 +164,10 @@ class EventCSR(bp.dnn.Layer):
                 out_shardings=replicated)(indptr)))
             if most > cap:
                 raise RuntimeError(f"a block drew {most} synapses, room for {cap}")
-        self.indptr = bm.Variable(indptr)    # int32[devices * (n_pre + 1)]: does not shrink
-        self.indices = bm.Variable(indices)  # int32[k * n_post]: 1/devices on each device
+        # int32[devices * (n_pre + 1)]: does not shrink
+        self.indptr = bm.Variable(indptr)
+        # int32[k * n_post]: 1/devices on each device
+        self.indices = bm.Variable(indices)
         self.shape = (n_pre, n_post)
 
     def update(self, spikes):

@@ -75,8 +75,8 @@ _STATE: dict = {}
 def _build():
     """Compile the two handlers with numba; returns {name: cfunc}."""
     import numba
-    from numba import types
     from llvmlite import ir
+    from numba import types
     from numba.extending import intrinsic
 
     major, minor = api_version()
@@ -107,7 +107,9 @@ def _build():
         sig = types.CPointer(ty)(types.int64, dtype)
 
         def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+            return builder.inttoptr(
+                args[0], context.get_value_type(signature.return_type)
+            )
         return sig, codegen
 
     @numba.njit(inline="always")
@@ -124,25 +126,34 @@ def _build():
         return False
 
     @numba.njit(inline="always")
-    def buffer(frame, which, i):  # (data address, first dimension) of arg/ret i
-        ptrs = _at(frame, which + _LIST_PTRS)
-        buf = _at(ptrs, 8 * i)
-        return _at(buf, _BUF_DATA), _at(_at(buf, _BUF_DIMS), 0)
+    def array(frame, which, i, dtype):  # arg/ret i (which) of the frame, 1-d, as dtype
+        buf = _at(_at(frame, which + _LIST_PTRS), 8 * i)
+        n = _at(_at(buf, _BUF_DIMS), 0)
+        return numba.carray(_view(_at(buf, _BUF_DATA), dtype), (n,))
 
-    # XLA_FFI_Error* handler(XLA_FFI_CallFrame*): both pointers travel as 64-bit integers
-    # (the same registers in the x86-64 and aarch64 C ABIs); 0 is success.
+    # XLA_FFI_Error* handler(XLA_FFI_CallFrame*): both pointers travel as 64-bit
+    # integers (the same registers in the x86-64 and aarch64 C ABIs); 0 is success.
     sig = types.int64(types.int64)
 
-    @numba.cfunc(sig, nopython=True)
-    def compact(frame):
-        if metadata_query(frame) or (_at(frame, _FRAME_STAGE) & 0xFFFFFFFF) != _STAGE_EXECUTE:
+    def handler(kernel):
+        """The FFI handler that answers XLA's metadata query, and runs ``kernel(frame)``
+        at the execute stage only."""
+        kernel = numba.njit(inline="always")(kernel)
+
+        @numba.cfunc(sig, nopython=True)
+        def call(frame):
+            if (not metadata_query(frame)
+                    and (_at(frame, _FRAME_STAGE) & 0xFFFFFFFF) == _STAGE_EXECUTE):
+                kernel(frame)
             return 0
-        s_addr, n = buffer(frame, _FRAME_ARGS, 0)
-        i_addr, cap = buffer(frame, _FRAME_RETS, 0)
-        c_addr, _ = buffer(frame, _FRAME_RETS, 1)
-        spikes = numba.carray(_view(s_addr, numba.uint8), (n,))
-        ids = numba.carray(_view(i_addr, numba.int32), (cap,))
-        count = numba.carray(_view(c_addr, numba.int32), (1,))
+        return call
+
+    @handler
+    def compact(frame):
+        spikes = array(frame, _FRAME_ARGS, 0, numba.uint8)
+        ids = array(frame, _FRAME_RETS, 0, numba.int32)
+        count = array(frame, _FRAME_RETS, 1, numba.int32)
+        n, cap = len(spikes), len(ids)
         c = 0
         for i in range(n):
             if spikes[i]:
@@ -152,34 +163,24 @@ def _build():
         for k in range(min(c, cap), cap):
             ids[k] = n
         count[0] = c
-        return 0
 
-    @numba.cfunc(sig, nopython=True)
+    @handler
     def push(frame):
-        if metadata_query(frame) or (_at(frame, _FRAME_STAGE) & 0xFFFFFFFF) != _STAGE_EXECUTE:
-            return 0
-        d_addr, m = buffer(frame, _FRAME_ARGS, 0)
-        p_addr, rows = buffer(frame, _FRAME_ARGS, 1)
-        x_addr, nnz = buffer(frame, _FRAME_ARGS, 2)
-        o_addr, n_local = buffer(frame, _FRAME_RETS, 0)
-        e_addr, _ = buffer(frame, _FRAME_RETS, 1)
-        ids = numba.carray(_view(d_addr, numba.int32), (m,))
-        indptr = numba.carray(_view(p_addr, numba.int32), (rows,))
-        indices = numba.carray(_view(x_addr, numba.int32), (nnz,))
-        out = numba.carray(_view(o_addr, numba.float32), (n_local,))
-        events = numba.carray(_view(e_addr, numba.int32), (1,))
-        for k in range(n_local):
-            out[k] = 0.0
-        n_pre = rows - 1
+        ids = array(frame, _FRAME_ARGS, 0, numba.int32)
+        indptr = array(frame, _FRAME_ARGS, 1, numba.int32)
+        indices = array(frame, _FRAME_ARGS, 2, numba.int32)
+        out = array(frame, _FRAME_RETS, 0, numba.float32)
+        events = array(frame, _FRAME_RETS, 1, numba.int32)
+        out[:] = 0.0
+        n_pre = len(indptr) - 1
         total = 0
-        for k in range(m):
+        for k in range(len(ids)):
             j = ids[k]
             if 0 <= j < n_pre:
                 total += indptr[j + 1] - indptr[j]
                 for s in range(indptr[j], indptr[j + 1]):
                     out[indices[s]] += 1.0
         events[0] = total
-        return 0
 
     return {"compact": compact, "push": push}
 
@@ -196,14 +197,18 @@ def _register() -> bool:
         _STATE["error"] = "the call-frame offsets assume 64-bit pointers"
         return False
     if api_version() not in TESTED_API_VERSIONS:
-        _STATE["error"] = (f"XLA FFI C API {api_version()} is not one whose layout these "
-                           f"kernels were checked against ({sorted(TESTED_API_VERSIONS)})")
+        _STATE["error"] = (
+            f"XLA FFI C API {api_version()} is not one whose layout these "
+            f"kernels were checked against ({sorted(TESTED_API_VERSIONS)})"
+        )
         return False
     try:
         funcs = _build()
         for name, fn in funcs.items():
             capsule = jax.ffi.pycapsule(ctypes.cast(fn.address, ctypes.c_void_p).value)
-            jax.ffi.register_ffi_target(f"shardbook_coba_{name}", capsule, platform="cpu")
+            jax.ffi.register_ffi_target(
+                f"shardbook_coba_{name}", capsule, platform="cpu"
+            )
         _STATE["funcs"] = funcs  # keep the machine code alive while XLA may call it
         _self_test()
         return True
@@ -260,16 +265,24 @@ def compact(spikes, capacity: int):
     import jax
     import jax.numpy as jnp
 
-    out = (jax.ShapeDtypeStruct((capacity,), jnp.int32), jax.ShapeDtypeStruct((1,), jnp.int32))
-    return jax.ffi.ffi_call("shardbook_coba_compact", out, vmap_method="sequential")(spikes)
+    out = (
+        jax.ShapeDtypeStruct((capacity,), jnp.int32),
+        jax.ShapeDtypeStruct((1,), jnp.int32),
+    )
+    return jax.ffi.ffi_call("shardbook_coba_compact", out, vmap_method="sequential")(
+        spikes
+    )
 
 
 def push(ids, indptr, indices, n_local: int):
-    """``(counts float32[n_local], events int32[1])``: one count per synapse of each valid
-    source id, and the number of those synapses (CPU only)."""
+    """``(counts float32[n_local], events int32[1])``: one count per synapse of each
+    valid source id, and the number of those synapses (CPU only)."""
     import jax
     import jax.numpy as jnp
 
-    out = (jax.ShapeDtypeStruct((n_local,), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.int32))
+    out = (
+        jax.ShapeDtypeStruct((n_local,), jnp.float32),
+        jax.ShapeDtypeStruct((1,), jnp.int32),
+    )
     return jax.ffi.ffi_call("shardbook_coba_push", out, vmap_method="sequential")(
         ids, indptr, indices)

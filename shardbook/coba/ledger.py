@@ -17,8 +17,10 @@ from .events import rows_capacity
 from .network import COBAHH
 from .parameters import K_EXC, K_INH
 
-STATE_BYTES_PER_NEURON = 4 * 4 + 2 * 4   # V, m, h, n and the two conductances g_e, g_i: float32
-SPIKE_BYTES_PER_NEURON = 1               # last step's spikes (bool): the one-step synaptic delay
+# V, m, h, n and the two conductances g_e, g_i: float32
+STATE_BYTES_PER_NEURON = 4 * 4 + 2 * 4
+# last step's spikes (bool): the one-step synaptic delay
+SPIKE_BYTES_PER_NEURON = 1
 INDEX_BYTES_PER_SYNAPSE = 4              # an int32 source index per synapse
 SYNAPSES_PER_NEURON = K_EXC + K_INH      # 80 inputs per neuron at every scale
 # the push delivery's counters on each device: (dropped, largest) as int32, for the two
@@ -27,32 +29,38 @@ PUSH_COUNTER_BYTES = 2 * 4 * (2 + 4)
 
 
 def conn_bytes_total(n_exc: int, n_inh: int, kind: str = "index") -> int:
-    """Bytes of the whole network's connectivity in one representation (all devices together)."""
+    """Bytes of the whole network's connectivity in one representation (all devices
+    together)."""
     n = n_exc + n_inh
     if kind == "index":
         return INDEX_BYTES_PER_SYNAPSE * SYNAPSES_PER_NEURON * n
     if kind == "mask":
         return n * n  # one uint8 per (pre, post) pair
-    if kind == "csr":  # int32 post index per synapse + int32 row pointers (n_pre + 1 per projection)
+    # int32 post index per synapse + int32 row pointers (n_pre + 1 per projection)
+    if kind == "csr":
         return 4 * SYNAPSES_PER_NEURON * n + 4 * (2 * (n_exc + 1) + 2 * (n_inh + 1))
     if kind == "jit":
         return 0
     if kind == "event":
-        raise ValueError("event connectivity depends on the device count: use event_bytes")
+        raise ValueError(
+            "event connectivity depends on the device count: use event_bytes"
+        )
     raise ValueError(kind)
 
 
 def event_bytes(n_exc: int, n_inh: int, devices: int, graph: str = "fixed",
                 k=(K_EXC, K_INH)) -> dict:
-    """Bytes of :class:`EventCSR` connectivity on each device: ``indices`` (one int32 per
-    local synapse: 1/devices of them) and ``indptr`` (n_pre + 1 int32 row starts per
+    """Bytes of :class:`EventCSR` connectivity on each device: ``indices`` (one int32
+    per local synapse: 1/devices of them) and ``indptr`` (n_pre + 1 int32 row starts per
     projection, on *every* device: they do not shrink)."""
     k_exc, k_inh = k
     plan = ((k_exc, n_exc, n_exc), (k_exc, n_exc, n_inh), (k_inh, n_inh, n_exc),
             (k_inh, n_inh, n_inh))
     indptr = sum(4 * (n_pre + 1) for _, n_pre, _ in plan)
     if graph == "rows":
-        indices = sum(4 * rows_capacity(kk, n_post // devices) for kk, _, n_post in plan)
+        indices = sum(
+            4 * rows_capacity(kk, n_post // devices) for kk, _, n_post in plan
+        )
     elif graph == "fixed":
         indices = sum(4 * kk * n_post // devices for kk, _, n_post in plan)
     else:
@@ -61,16 +69,16 @@ def event_bytes(n_exc: int, n_inh: int, devices: int, graph: str = "fixed",
 
 
 # What the step's program keeps besides its arguments and outputs (its temporaries), per
-# device: (copies of the device's connectivity, bytes per neuron on the device, bytes per
-# neuron of the whole network), by compiler.
+# device: (copies of the device's connectivity, bytes per neuron on the device, bytes
+# per neuron of the whole network), by compiler.
 # XLA:CPU 0.10.2, chapter 4's loops (4,200 and 840 neurons, 1 and 4 devices, with and
 # without counters): the index matrix is copied twice into the loop's state, a CSR is
 # not; 16-20 bytes per neuron hold new values while old ones are read; the event CSR's
 # pass over every presynaptic neuron (degree, running sums) keeps 28 bytes per neuron of
 # the network on every device: it does not shrink.
-# XLA:GPU (H200 target, 840,000 neurons on 8): no copy of the index matrix, about 12 bytes
-# per neuron; the event CSR's replicated pass 16 bytes per network neuron; the push
-# delivery's XLA path adds about 13 bytes per event slot (``event_slots``).
+# XLA:GPU (H200 target, 840,000 neurons on 8): no copy of the index matrix, about 12
+# bytes per neuron; the event CSR's replicated pass 16 bytes per network neuron; the
+# push delivery's XLA path adds about 13 bytes per event slot (``event_slots``).
 TEMPORARIES = {
     "cpu": {"index": (2, 16, 0), "mask": (2, 16, 0), "push": (0, 20, 0),
             "event": (0, 20, 28), "brainevent": (0, 20, 0)},
@@ -86,23 +94,34 @@ TEMPORARY_SLACK_BYTES = 4096
 TEMPORARY_SLACK_FRACTION = 0.1
 
 
-def predict(n_exc: int, n_inh: int, devices: int, kind: str = "index",
-            record_bytes_per_neuron: float = 0, graph: str = "fixed",
-            counters: bool = False, platform: str = "cpu", event_slots: int = 0) -> dict:
+def predict(
+    n_exc: int,
+    n_inh: int,
+    devices: int,
+    kind: str = "index",
+    record_bytes_per_neuron: float = 0,
+    graph: str = "fixed",
+    counters: bool = False,
+    platform: str = "cpu",
+    event_slots: int = 0,
+) -> dict:
     """Predicted bytes on the fullest device.
 
     ``record_bytes_per_neuron`` is what the run records per neuron (outputs only);
-    ``counters``: an int32 spike counter per neuron, an argument of the step (and written).
-    Split representations divide by the device count; CSR is held whole on every device; JIT
-    connectivity holds nothing.  ``outputs``: the step's new state (the inputs are not
-    donated) and what the run records; ``temporaries``: what the compiled loop keeps
-    besides, for ``platform`` ``"cpu"`` or ``"gpu"`` (:data:`TEMPORARIES`; on a GPU the
-    push delivery's XLA path adds :data:`GPU_BYTES_PER_EVENT_SLOT` per ``event_slots``,
-    summed over its projections); ``peak`` = arguments + outputs + temporaries, matched against
+    ``counters``: an int32 spike counter per neuron, an argument of the step (and
+    written). Split representations divide by the device count; CSR is held whole on
+    every device; JIT connectivity holds nothing.  ``outputs``: the step's new state
+    (the inputs are not donated) and what the run records; ``temporaries``: what the
+    compiled loop keeps besides, for ``platform`` ``"cpu"`` or ``"gpu"``
+    (:data:`TEMPORARIES`; on a GPU the push delivery's XLA path adds
+    :data:`GPU_BYTES_PER_EVENT_SLOT` per ``event_slots``, summed over its projections);
+    ``peak`` = arguments + outputs + temporaries, matched against
     :func:`compiled_stats`'s peak within :func:`peak_tolerance`.
     """
     if platform not in TEMPORARIES:
-        raise ValueError(f"platform must be one of {tuple(TEMPORARIES)}, not {platform!r}")
+        raise ValueError(
+            f"platform must be one of {tuple(TEMPORARIES)}, not {platform!r}"
+        )
     n = n_exc + n_inh
     per = n / devices
     csr = kind in ("event", "push", "brainevent")  # EventCSR's per-device CSR
@@ -120,8 +139,12 @@ def predict(n_exc: int, n_inh: int, devices: int, kind: str = "index",
     out["outputs"] = (STATE_BYTES_PER_NEURON + SPIKE_BYTES_PER_NEURON + 4 * counters
                       + record_bytes_per_neuron) * per + out["counters"]
     copies, per_neuron, per_network_neuron = TEMPORARIES[platform].get(kind, (0, 0, 0))
-    out["temporaries"] = (copies * held + per_neuron * per + per_network_neuron * n
-                          + GPU_BYTES_PER_EVENT_SLOT * event_slots * (platform == "gpu"))
+    out["temporaries"] = (
+        copies * held
+        + per_neuron * per
+        + per_network_neuron * n
+        + GPU_BYTES_PER_EVENT_SLOT * event_slots * (platform == "gpu")
+    )
     out["peak"] = out["arguments"] + out["outputs"] + out["temporaries"]
     if kind == "csr":
         out["peak"] += conn
@@ -135,13 +158,15 @@ def peak_tolerance(temporaries: float) -> float:
     return TEMPORARY_SLACK_BYTES + TEMPORARY_SLACK_FRACTION * temporaries
 
 
-def fit_bytes_per_device(n: int, devices: int, record_bytes_per_neuron: float = 8) -> float:
-    """Predicted peak bytes per device for ``n`` neurons (index representation, XLA:GPU's
-    temporaries), used for sizing GPUs.
+def fit_bytes_per_device(
+    n: int, devices: int, record_bytes_per_neuron: float = 8
+) -> float:
+    """Predicted peak bytes per device for ``n`` neurons (index representation,
+    XLA:GPU's temporaries), used for sizing GPUs.
 
-    ``predict``'s peak plus the gathered presynaptic spikes: one byte per neuron of the *whole*
-    network on every device.  The default record is a spike counter per neuron (int32, read and
-    written: 8 bytes), as in ``measure_size``.
+    ``predict``'s peak plus the gathered presynaptic spikes: one byte per neuron of the
+    *whole* network on every device.  The default record is a spike counter per neuron
+    (int32, read and written: 8 bytes), as in ``measure_size``.
     """
     n_exc = round(0.8 * n)
     return (predict(n_exc, n - n_exc, devices, "index", record_bytes_per_neuron,
@@ -153,9 +178,9 @@ def _leaf(x):
 
 
 def net_arrays(net: COBAHH) -> dict:
-    """Every array of the network by a stable name, e.g. ``"E.V"`` or ``"E2I.conn"``, with its
-    category: ``state``, ``delays`` (last step's spikes), ``connectivity`` or ``counters``
-    (the push delivery's overflow counters, int32[devices, 2] each)."""
+    """Every array of the network by a stable name, e.g. ``"E.V"`` or ``"E2I.conn"``,
+    with its category: ``state``, ``delays`` (last step's spikes), ``connectivity`` or
+    ``counters`` (the push delivery's overflow counters, int32[devices, 2] each)."""
     out = {}
     for name, x in net.exchanges.items():
         out[f"{name}.exchange"] = ("counters", _leaf(x.counter))
@@ -165,7 +190,8 @@ def net_arrays(net: COBAHH) -> dict:
         out[f"{name}.spike"] = ("delays", _leaf(pop.spike))
     for name, proj in net.projections.items():
         post = name[-1]
-        out[f"{post}.g_{name[0].lower()}"] = ("state", _leaf(proj.syn.g))  # E2I.syn.g is I.g_e
+        # E2I.syn.g is I.g_e
+        out[f"{post}.g_{name[0].lower()}"] = ("state", _leaf(proj.syn.g))
         comm = proj.comm
         if hasattr(comm, "conn"):
             out[f"{name}.conn"] = ("connectivity", _leaf(comm.conn))
@@ -192,32 +218,39 @@ def measured_bytes(net: COBAHH) -> dict:
 
 
 def compiled_stats(compiled) -> dict:
-    """Per-device bytes of a compiled program: arguments, outputs, temporaries, peak, constants.
+    """Per-device bytes of a compiled program: arguments, outputs, temporaries, peak,
+    constants.
 
     ``peak`` is what the device holds while the program runs: arguments + outputs
     - aliased + temporaries.  ``xla_peak`` is XLA's own ``peak_memory_in_bytes`` where
     it reports one (XLA:CPU's leaves the temporaries out: it equals arguments + outputs
     for these programs); ``constants`` are the arrays baked into the program text.
     """
-    from ..hlo import constant_bytes
+    from ..hlo import Program
 
     m = compiled.memory_analysis()
     if isinstance(m, (list, tuple)):
         m = m[0]
-    out = dict(arguments=int(m.argument_size_in_bytes), outputs=int(m.output_size_in_bytes),
-               temporaries=int(m.temp_size_in_bytes), aliased=int(m.alias_size_in_bytes))
+    out = dict(
+        arguments=int(m.argument_size_in_bytes),
+        outputs=int(m.output_size_in_bytes),
+        temporaries=int(m.temp_size_in_bytes),
+        aliased=int(m.alias_size_in_bytes),
+    )
     out["peak"] = (out["arguments"] + out["outputs"] - out["aliased"]
                    + out["temporaries"])
     out["xla_peak"] = int(getattr(m, "peak_memory_in_bytes", 0) or 0)
-    out["constants"] = constant_bytes(compiled)
+    out["constants"] = Program(compiled.as_text()).constant_bytes()
     return out
 
 
 def comm_output(net: COBAHH, name: str):
-    """One projection's synaptic input for an all-ones spike vector, computed under ``jit``.
+    """One projection's synaptic input for an all-ones spike vector, computed under
+    ``jit``.
 
-    Its sharding says where the work happened: split along ``neuron`` when each device computed
-    its own postsynaptic neurons, replicated when every device computed all of them.
+    Its sharding says where the work happened: split along ``neuron`` when each device
+    computed its own postsynaptic neurons, replicated when every device computed all of
+    them.
     """
     proj = net.projections[name]
     ones = np.ones(proj.comm.shape[0], bool)
@@ -227,15 +260,21 @@ def comm_output(net: COBAHH, name: str):
 
 
 
-def model_bytes(n: int, devices: int, k: int = 80, conn: str = "index",
-                weights: bool = False, delay_steps: int = 1) -> list[tuple[str, float, bool]]:
+def model_bytes(
+    n: int,
+    devices: int,
+    k: int = 80,
+    conn: str = "index",
+    weights: bool = False,
+    delay_steps: int = 1,
+) -> list[tuple[str, float, bool]]:
     """The ledger of a network of ``n`` neurons with ``k`` inputs each, per device.
 
     Returns ``(item, bytes on each device, shrinks with more devices)`` rows.  Knobs:
     ``conn`` (``"index"`` or ``"event"``), ``weights`` (a float32 weight per synapse
-    instead of one per projection), ``delay_steps`` (D: spikes take D steps to arrive, so
-    each device keeps the last D gathered spike vectors).  Two populations feeding two
-    projections each, as in COBA-HH.
+    instead of one per projection), ``delay_steps`` (D: spikes take D steps to arrive,
+    so each device keeps the last D gathered spike vectors).  Two populations feeding
+    two projections each, as in COBA-HH.
     """
     if conn not in ("index", "event"):
         raise ValueError(f"conn must be 'index' or 'event', not {conn!r}")
@@ -246,6 +285,11 @@ def model_bytes(n: int, devices: int, k: int = 80, conn: str = "index",
         rows.append(("synapse weights (float32)", 4 * k * per, True))
     if conn == "event":
         rows.append(("row pointers (int32, 2 per source)", 4 * 2 * (n + 2), False))
-    rows.append(("gathered spikes, D steps (bool)", SPIKE_BYTES_PER_NEURON * n * delay_steps,
-                 False))
+    rows.append(
+        (
+            "gathered spikes, D steps (bool)",
+            SPIKE_BYTES_PER_NEURON * n * delay_steps,
+            False,
+        )
+    )
     return rows

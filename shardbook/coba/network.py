@@ -1,9 +1,10 @@
 """The COBA-HH network: the neuron, the connectivity, the network, and ``build``.
 
-Benchmark 3 of Brette et al. (2007), "Simulation of networks of spiking neurons: a review
-of tools and strategies", J. Comput. Neurosci. 23:349-398, written with BrainPy's building
-blocks.  Anchors: BrainPy's examples (``ei_nets/Brette_2007_COBAHH.py``) and the BrainPy
-eLife paper's TPU script (``figure8B/COBAHH-TPU.py``: a fixed in-degree index matrix).
+Benchmark 3 of Brette et al. (2007), "Simulation of networks of spiking neurons: a
+review of tools and strategies", J. Comput. Neurosci. 23:349-398, written with BrainPy's
+building blocks.  Anchors: BrainPy's examples (``ei_nets/Brette_2007_COBAHH.py``) and
+the BrainPy eLife paper's TPU script (``figure8B/COBAHH-TPU.py``: a fixed in-degree
+index matrix).
 """
 from __future__ import annotations
 
@@ -15,20 +16,56 @@ import brainpy as bp
 import brainpy.math as bm
 
 from .events import EventCSR
+from .parameters import (
+    DEFAULT_CONN,
+    DT,
+    EK,
+    GRAPHS,
+    K_EXC,
+    K_INH,
+    KICK_FROM,
+    KICK_NEURONS,
+    KICK_RATE,
+    KICK_TO,
+    NEURON,
+    P_CONN,
+    REPRESENTATIONS,
+    STARTS,
+    VT,
+    Cm,
+    Ee,
+    Ei,
+    El,
+    ENa,
+    V_th,
+    g_Kd,
+    g_Na,
+    gl,
+    nest_initial_gates,
+    sizes,
+    taue,
+    taui,
+    we,
+    wi,
+)
 from .peer import BrainEventCSR
 from .push import SPIKE_CAPACITY, PushCSR, SpikeExchange, check as check_delivery
-from .parameters import (DEFAULT_CONN, DT, GRAPHS, K_EXC, K_INH, KICK_FROM, KICK_NEURONS,
-                         KICK_RATE, KICK_TO, NEURON, P_CONN, REPRESENTATIONS, STARTS,
-                         Cm, EK, El, ENa, Ee, Ei, V_th, VT, g_Kd, g_Na, gl,
-                         nest_initial_gates, sizes, taue, taui, we, wi)
-from .randomness import (bernoulli_k_max, bernoulli_sources, random_state,
-                         random_state_axes, replicated_any, sharded_random,
-                         zeros_variable as _zeros, _full_of)
+from .randomness import (
+    _full_of,
+    bernoulli_k_max,
+    bernoulli_sources,
+    random_state,
+    random_state_axes,
+    replicated_any,
+    sharded_random,
+    zeros_variable as _zeros,
+)
 
 
 # ----------------------------------------------------------------------- the neuron
 class HH(bp.dyn.NeuDyn):
-    """Hodgkin-Huxley neurons with Traub-Miles kinetics, every state split along ``neuron``."""
+    """Hodgkin-Huxley neurons with Traub-Miles kinetics, every state split along
+    ``neuron``."""
 
     def __init__(self, V0, method="exp_auto"):
         super().__init__(V0.shape[0], sharding=[NEURON], method=method)
@@ -36,7 +73,9 @@ class HH(bp.dyn.NeuDyn):
         self.V = bm.Variable(V0)  # already split: made by random_state
         self.m, self.h, self.n = _zeros(n), _zeros(n), _zeros(n)
         self.spike = _zeros(n, bool)
-        self.integral = bp.odeint(bp.JointEq(self.dV, self.dm, self.dh, self.dn), method=method)
+        self.integral = bp.odeint(
+            bp.JointEq(self.dV, self.dm, self.dh, self.dn), method=method
+        )
 
     # region: coba.neuron
     def dV(self, V, t, m, h, n):
@@ -45,8 +84,8 @@ class HH(bp.dyn.NeuDyn):
         g_kd = g_Kd * (n * n * n * n)
         return (-gl * (V - El) - g_na * (V - ENa) - g_kd * (V - EK) + I_syn) / Cm
 
-    # x / (exp(x) - 1) is 0/0 at x = 0; 1 / exprel(x) is the same function without the hole,
-    # so float32 stays finite over long runs.
+    # x / (exp(x) - 1) is 0/0 at x = 0; 1 / exprel(x) is the same function without
+    # the hole, so float32 stays finite over long runs.
     def dm(self, m, t, V):
         # 0.32 (13 - V + VT) / (exp(...) - 1) and 0.28 (V - VT - 40) / (exp(...) - 1):
         alpha = 1.28 / bm.exprel((13. - V + VT) / 4.)
@@ -60,7 +99,8 @@ class HH(bp.dyn.NeuDyn):
         return alpha * (1. - h) - beta * h
 
     def dn(self, n, t, V):
-        alpha = 0.16 / bm.exprel((15. - V + VT) / 5.)  # 0.032 (15 - V + VT) / (exp(...) - 1)
+        # 0.032 (15 - V + VT) / (exp(...) - 1)
+        alpha = 0.16 / bm.exprel((15. - V + VT) / 5.)
         beta = 0.5 * bm.exp((10. - V + VT) / 40.)
         return alpha * (1. - n) - beta * n
 
@@ -87,7 +127,8 @@ class FixedInDegree(bp.dnn.Layer):
         connection probability k / n_pre, regenerated from a seed at every step;
       * ``"event"``: :class:`EventCSR`, a CSR by presynaptic row on each device;
       * ``"push"``: :class:`PushCSR`, the same CSR, delivered from the gathered indices
-        of the spiking neurons (``shardbook.coba.push``): ``update`` takes those indices;
+        of the spiking neurons (``shardbook.coba.push``): ``update`` takes those
+        indices;
       * ``"brainevent"``: the same CSR, delivered by brainevent's kernel on each device
         (``shardbook.coba.peer``; CPU only).
     ``spike_capacity`` and ``kernel`` are the push delivery's knobs (``push.PushCSR``).
@@ -99,11 +140,18 @@ class FixedInDegree(bp.dnn.Layer):
                  padded=False, rows=None, spike_capacity=SPIKE_CAPACITY, kernel="auto"):
         super().__init__()
         push = dict(fraction=spike_capacity, kernel=kernel)
-        if rows is not None:  # (n_post, k, key): an event CSR drawn by row in each block
+        # (n_post, k, key): an event CSR drawn by row in each block
+        if rows is not None:
             if kind not in ("event", "push"):
-                raise ValueError("a graph drawn by row in each block is stored as 'event' "
-                                 "or 'push'")
-            self.kind, self.weight, self.shape, self.padded = kind, weight, (n_pre, rows[0]), False
+                raise ValueError(
+                    "a graph drawn by row in each block is stored as 'event' or 'push'"
+                )
+            self.kind, self.weight, self.shape, self.padded = (
+                kind,
+                weight,
+                (n_pre, rows[0]),
+                False,
+            )
             split = bm.sharding.get_sharding([NEURON])
             mesh = None if split is None else split.mesh
             if kind == "push":
@@ -114,10 +162,18 @@ class FixedInDegree(bp.dnn.Layer):
         if kind not in REPRESENTATIONS:
             raise ValueError(f"kind must be one of {REPRESENTATIONS}, not {kind!r}")
         if padded and kind not in ("index", "event", "push", "brainevent"):
-            raise ValueError(f"a Bernoulli graph is stored as 'index', 'event' or 'push', "
-                             f"not {kind!r}")
-        k, n_post = sources.shape  # sources: the [k, n_post] matrix made by random_state
-        self.kind, self.weight, self.shape, self.padded = kind, weight, (n_pre, n_post), padded
+            raise ValueError(
+                f"a Bernoulli graph is stored as 'index', 'event' or 'push', "
+                f"not {kind!r}"
+            )
+        # sources: the [k, n_post] matrix made by random_state
+        k, n_post = sources.shape
+        self.kind, self.weight, self.shape, self.padded = (
+            kind,
+            weight,
+            (n_pre, n_post),
+            padded,
+        )
         if kind == "jit":
             self.op = bp.dnn.EventJitFPHomoLinear(n_pre, n_post, prob=k / n_pre,
                                                   weight=weight, seed=seed)
@@ -139,7 +195,8 @@ class FixedInDegree(bp.dnn.Layer):
             sources = sharded_random(_count_sources, sources, [None, NEURON], n_pre)
         # region: coba.conn.variable
         # A Variable is an argument of the compiled step and keeps its sharding.
-        # A plain attribute is a closure constant: baked whole into every device's program.
+        # A plain attribute is a closure constant: baked whole into every device's
+        # program.
         self.conn = bm.Variable(sources) if as_variable else sources
         # endregion
 
@@ -171,36 +228,40 @@ def _gather(x) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
-def _count_sources(sources, n_pre):  # column j of the result: how often each source feeds j
+# column j of the result: how often each source feeds j
+def _count_sources(sources, n_pre):
     def column(col):
         return jnp.zeros((n_pre,), jnp.uint8).at[col].add(1)
     return jax.vmap(column, in_axes=1, out_axes=1)(sources)
 
 
 def _csr_conn(sources: np.ndarray, n_pre: int, n_post: int):
-    """The graph of a ``[k, n_post]`` source matrix as BrainPy's CSR connector (pre -> post)."""
+    """The graph of a ``[k, n_post]`` source matrix as BrainPy's CSR connector (pre ->
+    post)."""
     k = sources.shape[0]
     pre = sources.T.reshape(-1)
     post = np.repeat(np.arange(n_post, dtype=np.int32), k)
     order = np.argsort(pre, kind="stable")
     indptr = np.concatenate([[0], np.cumsum(np.bincount(pre, minlength=n_pre))])
-    return bp.conn.CSRConn(post[order].astype(np.int32), indptr.astype(np.int32))(n_pre, n_post)
+    return bp.conn.CSRConn(post[order].astype(np.int32), indptr.astype(np.int32))(
+        n_pre, n_post
+    )
 
 
 class COBAHH(bp.DynSysGroup):
     """COBA-HH: E and I populations, four projections, split along ``neuron``.
 
-    Build it inside ``bm.sharding.device_mesh(devices, [NEURON])``: BrainPy resolves every
-    sharding when a model is constructed.  Options:
+    Build it inside ``bm.sharding.device_mesh(devices, [NEURON])``: BrainPy resolves
+    every sharding when a model is constructed.  Options:
       * ``conn``: the representation of the graph (:class:`FixedInDegree`); ``None``
         (the default) is ``DEFAULT_CONN``, the push delivery, except for the two
         demonstrations about the index matrix (``as_variable=False``,
         ``layout="sliced"``), which get ``"index"``;
       * ``graph``: ``"fixed"`` in-degree ``k`` (default 64 E + 16 I inputs, drawn with
-        replacement), ``"bernoulli"`` (each pair with probability 0.02, the benchmark), or
-        ``"rows"`` (Bernoulli-like with mean in-degree ``k``, drawn by presynaptic row in
-        each device's block, straight into ``conn="event"``: no sort, seeded per block, so
-        the graph depends on the device count);
+        replacement), ``"bernoulli"`` (each pair with probability 0.02, the benchmark),
+        or ``"rows"`` (Bernoulli-like with mean in-degree ``k``, drawn by presynaptic
+        row in each device's block, straight into ``conn="event"``: no sort, seeded per
+        block, so the graph depends on the device count);
       * ``start``: ``"rest"`` (V random, conductances zero: the book's variant),
         ``"random"`` (V and conductances random: Brian 2's ``COBAHH`` example) or
         ``"kick"`` (NEST's ``hh_coba``: every neuron at E_L, and a 300 Hz Poisson kick
@@ -217,9 +278,22 @@ class COBAHH(bp.DynSysGroup):
     same network again) and ``devices``, the mesh's size.
     """
 
-    def __init__(self, scale=1, conn=None, as_variable=True, layout="separate", seed=0,
-                 graph="fixed", start="rest", k=(K_EXC, K_INH), sizes=None, weights=None,
-                 spike_capacity=SPIKE_CAPACITY, kernel="auto", dt=DT):
+    def __init__(
+        self,
+        scale=1,
+        conn=None,
+        as_variable=True,
+        layout="separate",
+        seed=0,
+        graph="fixed",
+        start="rest",
+        k=(K_EXC, K_INH),
+        sizes=None,
+        weights=None,
+        spike_capacity=SPIKE_CAPACITY,
+        kernel="auto",
+        dt=DT,
+    ):
         if conn is None:
             conn = DEFAULT_CONN if as_variable and layout == "separate" else "index"
         config = _config(dict(locals()))  # every argument, before anything else
@@ -234,8 +308,11 @@ class COBAHH(bp.DynSysGroup):
         self.graph, self.start = graph, start
         split = bm.sharding.get_sharding([NEURON])  # None when there is no mesh
         self.mesh = None if split is None else split.mesh
-        self.replicated = (None if split is None else
-                           jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
+        self.replicated = (
+            None
+            if split is None
+            else jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+        )
         self.split = split
         self.devices = 1 if self.mesh is None else int(self.mesh.shape[NEURON])
         k_exc, k_inh = k
@@ -254,10 +331,14 @@ class COBAHH(bp.DynSysGroup):
             raise ValueError(f"layout must be 'separate' or 'sliced', not {layout!r}")
         size = dict(pops, E=self.n_exc, I=self.n_inh)
         key = jax.random.PRNGKey(seed)
-        projs = tuple((name, k, size[pre], size[post]) for name, pre, post, k, *_ in plan)
+        projs = tuple(
+            (name, k, size[pre], size[post]) for name, pre, post, k, *_ in plan
+        )
         if graph == "rows" and conn not in ("event", "push"):
-            raise ValueError("graph='rows' is drawn straight into the 'event' or 'push' "
-                             "representation")
+            raise ValueError(
+                "graph='rows' is drawn straight into the 'event' or 'push' "
+                "representation"
+            )
         if conn == "push" and layout != "separate":
             raise ValueError("the push delivery gathers each population's spikes: "
                              "layout='separate'")
@@ -267,18 +348,31 @@ class COBAHH(bp.DynSysGroup):
         if graph == "bernoulli":
             for i, (name, _, n_pre, n_post) in enumerate(projs, start=100):
                 k_max = bernoulli_k_max(n_pre, P_CONN)
-                init[name] = sharded_random(bernoulli_sources, jax.random.fold_in(key, i),
-                                            [None, NEURON], n_pre, n_post, P_CONN, k_max)
+                init[name] = sharded_random(
+                    bernoulli_sources,
+                    jax.random.fold_in(key, i),
+                    [None, NEURON],
+                    n_pre,
+                    n_post,
+                    P_CONN,
+                    k_max,
+                )
                 # a column may have overflowed (a replicated reduction: any process)
                 if replicated_any(init[name][-1] < n_pre, self.replicated):
-                    raise RuntimeError(f"{name}: an in-degree reached {k_max}; raise k_max")
+                    raise RuntimeError(
+                        f"{name}: an in-degree reached {k_max}; raise k_max"
+                    )
 
         for name, _ in pops:
             setattr(self, name, HH(init[f"{name}.V"]))
         push = dict(spike_capacity=spike_capacity, kernel=kernel)
         if conn == "push":  # each population's spikes leave as indices (coba.push)
-            self.exchange_E = SpikeExchange(self.n_exc, self.mesh, spike_capacity, kernel)
-            self.exchange_I = SpikeExchange(self.n_inh, self.mesh, spike_capacity, kernel)
+            self.exchange_E = SpikeExchange(
+                self.n_exc, self.mesh, spike_capacity, kernel
+            )
+            self.exchange_I = SpikeExchange(
+                self.n_inh, self.mesh, spike_capacity, kernel
+            )
         for i, (name, pre, post, k, w, tau, E) in enumerate(plan):
             target = getattr(self, post)
             if graph == "rows":
@@ -288,9 +382,16 @@ class COBAHH(bp.DynSysGroup):
                 comm = FixedInDegree(init[name], size[pre], w, conn, as_variable,
                                      seed=1000 * seed + i, padded=graph == "bernoulli",
                                      **push)
-            setattr(self, name, bp.dyn.HalfProjAlignPostMg(
-                comm=comm, syn=bp.dyn.Expon.desc(target.num, tau=tau, sharding=[NEURON]),
-                out=bp.dyn.COBA.desc(E=E), post=target))
+            setattr(
+                self,
+                name,
+                bp.dyn.HalfProjAlignPostMg(
+                    comm=comm,
+                    syn=bp.dyn.Expon.desc(target.num, tau=tau, sharding=[NEURON]),
+                    out=bp.dyn.COBA.desc(E=E),
+                    post=target,
+                ),
+            )
             if start == "random":
                 g = getattr(self, name).syn.g
                 g.value = init[f"{post}.g{pre.lower()}"]
@@ -378,7 +479,11 @@ class COBAHH(bp.DynSysGroup):
 
     @property
     def projections(self) -> dict:
-        names = ("E2E", "E2I", "I2E", "I2I") if self.layout == "separate" else ("E2N", "I2N")
+        names = (
+            ("E2E", "E2I", "I2E", "I2I")
+            if self.layout == "separate"
+            else ("E2N", "I2N")
+        )
         return {n: getattr(self, n) for n in names}
 
 

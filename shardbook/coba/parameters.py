@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import brainpy.math as bm
 
+__all__ = ["DT", "Cm", "gl", "g_Na", "g_Kd", "El", "ENa", "EK", "VT", "V_th", "taue",
+           "taui", "Ee", "Ei", "we", "wi", "K_EXC", "K_INH", "N_EXC_UNIT", "N_INH_UNIT",
+           "P_CONN", "NEURON", "V0_MEAN", "V0_SD", "GE0_MEAN", "GE0_SD", "GI0_MEAN",
+           "GI0_SD", "KICK_NEURONS", "KICK_RATE", "KICK_FROM", "KICK_TO",
+           "REPRESENTATIONS", "DEFAULT_CONN", "GRAPHS", "STARTS", "nest_initial_gates",
+           "sizes"]
+
 NEURON = bm.sharding.NEU_AXIS  # the mesh axis name, 'neuron'
 
 # region: coba.parameters

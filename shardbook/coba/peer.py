@@ -69,7 +69,8 @@ def deliver(spikes, indptr, indices, n_local: int):
 
 
 class BrainEventCSR(EventCSR):
-    """:class:`EventCSR`'s per-device CSR, delivered by brainevent's kernel per shard."""
+    """:class:`EventCSR`'s per-device CSR, delivered by brainevent's kernel per
+    shard."""
 
     def update(self, spikes):  # spikes: bool[n_pre], the same on every device
         def local(s, indptr, indices):
@@ -77,6 +78,11 @@ class BrainEventCSR(EventCSR):
 
         fn = local
         if self.mesh is not None:
-            fn = jax.shard_map(local, mesh=self.mesh, in_specs=(P(), P(NEURON), P(NEURON)),
-                               out_specs=P(NEURON), check_vma=False)
+            fn = jax.shard_map(
+                local,
+                mesh=self.mesh,
+                in_specs=(P(), P(NEURON), P(NEURON)),
+                out_specs=P(NEURON),
+                check_vma=False,
+            )
         return fn(spikes, self.indptr.value, self.indices.value) * self.weight

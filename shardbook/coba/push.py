@@ -60,7 +60,8 @@ __all__ = ["SPIKE_CAPACITY", "SIGMAS", "spike_capacity", "event_capacity", "KERN
 # a burst of that size splits over the devices.
 SPIKE_CAPACITY = 0.025
 SIGMAS = 6
-KERNELS = ("auto", "xla")  # auto: the CPU kernels on a CPU, XLA elsewhere; xla: XLA always
+# auto: the CPU kernels on a CPU, XLA elsewhere; xla: XLA always
+KERNELS = ("auto", "xla")
 
 
 class DeliveryOverflow(RuntimeError):
@@ -71,8 +72,10 @@ def spike_capacity(n_local: int, fraction: float = SPIKE_CAPACITY) -> int:
     """Room for spike indices per device and step: ``fraction`` of its ``n_local``
     neurons, plus :data:`SIGMAS` standard deviations of a binomial split, plus one."""
     if not 0 < fraction <= 1:
-        raise ValueError(f"spike_capacity is a fraction of each device's neurons in (0, 1],"
-                         f" not {fraction}")
+        raise ValueError(
+            f"spike_capacity is a fraction of each device's neurons in (0, 1],"
+            f" not {fraction}"
+        )
     mean = fraction * n_local
     return int(min(n_local, np.ceil(mean + SIGMAS * np.sqrt(mean) + 1)))
 
@@ -100,7 +103,9 @@ def _counter(mesh, devices: int):
     zeros = np.zeros((devices, 2), np.int32)
     if mesh is None:
         return bm.Variable(jnp.asarray(zeros))
-    return bm.Variable(jax.device_put(zeros, jax.sharding.NamedSharding(mesh, P(NEURON))))
+    return bm.Variable(
+        jax.device_put(zeros, jax.sharding.NamedSharding(mesh, P(NEURON)))
+    )
 
 
 def _shard(fn, mesh, in_specs, out_specs):
@@ -203,15 +208,16 @@ def expand(ids, indptr, indices, n_local: int, slots: int):
     owner = jnp.searchsorted(ends, p, side="right", method="scan_unrolled")
     owner = jnp.minimum(owner, ids.shape[0] - 1).astype(jnp.int32)
     syn = start[owner] + p - (ends[owner] - degree[owner])
-    target = jnp.where(p < total, indices[jnp.clip(syn, 0, indices.shape[0] - 1)], n_local)
+    target = jnp.where(p < total, indices[jnp.clip(syn, 0, indices.shape[0] - 1)],
+                       n_local)
     counts = jnp.zeros((n_local,), jnp.float32).at[target].add(1., mode="drop")
     return counts, total
 # endregion
 
 
 class PushCSR(EventCSR):
-    """A projection stored as :class:`EventCSR` (a CSR by presynaptic row on each device),
-    delivered from the gathered spike indices of a :class:`SpikeExchange`."""
+    """A projection stored as :class:`EventCSR` (a CSR by presynaptic row on each
+    device), delivered from the gathered spike indices of a :class:`SpikeExchange`."""
 
     def __init__(self, sources, n_pre, weight, mesh=None, rows=None,
                  fraction: float = SPIKE_CAPACITY, kernel: str = "auto",
@@ -219,7 +225,9 @@ class PushCSR(EventCSR):
         super().__init__(sources, n_pre, weight, mesh, rows=rows)
         self.fraction, self.kernel = fraction, kernel
         k = sources.shape[0] if sources is not None else rows[1]
-        self.mean_degree = k * self.n_local / n_pre if mean_degree is None else mean_degree
+        self.mean_degree = (
+            k * self.n_local / n_pre if mean_degree is None else mean_degree
+        )
         self.slots = self.devices * spike_capacity(n_pre // self.devices, fraction)
         self.events = event_capacity(self.slots, self.mean_degree)
         self.cpu_kernels = _kernel_ok(kernel)  # decided here, outside any trace
@@ -239,7 +247,8 @@ class PushCSR(EventCSR):
 
 
 def counters(net) -> dict:
-    """Every delivery counter of a network by name: ``{"E": SpikeExchange, "E2E": ...}``."""
+    """Every delivery counter of a network by name: ``{"E": SpikeExchange, "E2E":
+    ...}``."""
     out = {}
     for name, x in getattr(net, "exchanges", {}).items():
         out[name] = x
@@ -254,7 +263,8 @@ _REPLICATE: dict = {}
 
 
 def _rows(objs) -> list[np.ndarray]:
-    """The counters' rows, fetched together as replicated arrays (also across processes)."""
+    """The counters' rows, fetched together as replicated arrays (also across
+    processes)."""
     values = [o.counter.value for o in objs]
     if not values:
         return []
@@ -276,9 +286,12 @@ def _summary(net) -> dict:
 
 
 def burst_stats(net) -> dict:
-    """``{name: (dropped, largest)}``: per population, the spikes that did not fit and the
-    most spikes one device had in one step; per projection, the same for events."""
-    return {name: (dropped, largest) for name, (dropped, largest, _) in _summary(net).items()}
+    """``{name: (dropped, largest)}``: per population, the spikes that did not fit and
+    the most spikes one device had in one step; per projection, the same for events."""
+    return {
+        name: (dropped, largest)
+        for name, (dropped, largest, _) in _summary(net).items()
+    }
 
 
 def check(net) -> None:
@@ -289,14 +302,19 @@ def check(net) -> None:
             continue
         if isinstance(obj, SpikeExchange):
             need = largest / obj.n_local
-            bad.append(f"{name}: {dropped:,} spikes did not fit; one device had {largest:,} "
-                       f"spikes in one step, room for {obj.capacity:,} "
-                       f"(spike_capacity={obj.fraction:g}; {need:.3g} would have held it)")
+            bad.append(
+                f"{name}: {dropped:,} spikes did not fit; one device had {largest:,} "
+                f"spikes in one step, room for {obj.capacity:,} "
+                f"(spike_capacity={obj.fraction:g}; {need:.3g} would have held it)"
+            )
         else:
-            bad.append(f"{name}: {dropped:,} synaptic events did not fit; one device had "
-                       f"{largest:,} in one step, room for {obj.events:,} (raise "
-                       f"spike_capacity, which sizes these slots too)")
+            bad.append(
+                f"{name}: {dropped:,} synaptic events did not fit; one device had "
+                f"{largest:,} in one step, room for {obj.events:,} (raise "
+                f"spike_capacity, which sizes these slots too)"
+            )
     if bad:
         raise DeliveryOverflow(
-            "the push delivery dropped input, so this run is wrong from that step on:\n  "
-            + "\n  ".join(bad) + "\nRebuild with a larger COBAHH(spike_capacity=...).")
+            "the push delivery dropped input, so this run is wrong from that step "
+            "on:\n  " + "\n  ".join(bad)
+            + "\nRebuild with a larger COBAHH(spike_capacity=...).")

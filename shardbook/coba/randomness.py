@@ -15,7 +15,7 @@ import numpy as np
 import brainpy as bp  # noqa: F401  (BrainPy's sharding module needs brainpy imported)
 import brainpy.math as bm
 
-from .parameters import (GE0_MEAN, GE0_SD, GI0_MEAN, GI0_SD, NEURON, V0_MEAN, V0_SD)
+from .parameters import GE0_MEAN, GE0_SD, GI0_MEAN, GI0_SD, NEURON, V0_MEAN, V0_SD
 
 
 # region: coba.sharded-random
@@ -63,10 +63,13 @@ def random_state(key, populations, projections, start="rest"):
 
 
 def random_state_axes(populations, projections, start="rest"):
-    """The axis names of ``random_state``'s outputs: neurons split, sources by column."""
+    """The axis names of ``random_state``'s outputs: neurons split, sources by
+    column."""
     out = {f"{name}.V": [NEURON] for name, _ in populations}
     if start == "random":
-        out |= {f"{name}.{g}": [NEURON] for name, _ in populations for g in ("ge", "gi")}
+        out |= {
+            f"{name}.{g}": [NEURON] for name, _ in populations for g in ("ge", "gi")
+        }
     return out | {p[0]: [None, NEURON] for p in projections}
 
 
@@ -79,9 +82,11 @@ def bernoulli_sources(key, n_pre, n_post, p, k_max):
     spikes).  Draws an ``[n_pre, n_post]`` Bernoulli matrix: fine at benchmark size.
     """
     mask = jax.random.bernoulli(key, p, (n_pre, n_post))
-    slot = jnp.where(mask, jnp.cumsum(mask, axis=0, dtype=jnp.int32) - 1, k_max)  # k_max: drop
-    rows = jnp.broadcast_to(jnp.arange(n_pre, dtype=jnp.int32)[:, None], (n_pre, n_post))
-    cols = jnp.broadcast_to(jnp.arange(n_post, dtype=jnp.int32)[None, :], (n_pre, n_post))
+    rank = jnp.cumsum(mask, axis=0, dtype=jnp.int32) - 1  # among the column's sources
+    slot = jnp.where(mask, rank, k_max)  # k_max: out of bounds, dropped
+    shape = (n_pre, n_post)
+    rows = jnp.broadcast_to(jnp.arange(n_pre, dtype=jnp.int32)[:, None], shape)
+    cols = jnp.broadcast_to(jnp.arange(n_post, dtype=jnp.int32)[None, :], shape)
     empty = jnp.full((k_max, n_post), n_pre, jnp.int32)
     return empty.at[slot, cols].set(rows, mode="drop")
 # endregion
@@ -123,7 +128,9 @@ _COMPILED: dict = {}
 
 def _compiled(fn, key, sharding, static):
     """``jax.jit(fn, out_shardings=sharding)`` lowered and compiled once per shapes."""
-    shard_key = tuple(sorted(sharding.items())) if isinstance(sharding, dict) else sharding
+    shard_key = (
+        tuple(sorted(sharding.items())) if isinstance(sharding, dict) else sharding
+    )
     cache_key = (fn, static, shard_key, jnp.shape(key), jnp.result_type(key),
                  getattr(key, "sharding", None))
     if cache_key not in _COMPILED:
@@ -131,9 +138,13 @@ def _compiled(fn, key, sharding, static):
             static_nums = tuple(range(1, 1 + len(static)))
             jitted = jax.jit(fn, static_argnums=static_nums, out_shardings=sharding)
             lowered = jitted.lower(key, *static)
-        # A generator runs once per network: on CPU, skipping LLVM's optimisations halves
-        # the compile time of a small one (a large one, or a sort, runs faster optimised).
-        size = sum(x.size for x in jax.tree.leaves(jax.eval_shape(lambda k: fn(k, *static), key)))
+        # A generator runs once per network: on CPU, skipping LLVM's optimisations
+        # halves the compile time of a small one (a large one, or a sort, runs faster
+        # optimised).
+        size = sum(
+            x.size
+            for x in jax.tree.leaves(jax.eval_shape(lambda k: fn(k, *static), key))
+        )
         quick = (jax.default_backend() == "cpu"
                  and fn in (random_state, _zeros_of, _full_of) and size < 2e6)
         _COMPILED[cache_key] = (lowered.compile({"xla_backend_optimization_level": 0})
@@ -142,7 +153,8 @@ def _compiled(fn, key, sharding, static):
 
 
 def _partitionable():
-    ctx = getattr(jax, "threefry_partitionable", None)  # a context manager in JAX >= 0.4.3x
+    # a context manager in JAX >= 0.4.3x
+    ctx = getattr(jax, "threefry_partitionable", None)
     return ctx(True) if ctx is not None else contextlib.nullcontext()
 
 

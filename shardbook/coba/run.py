@@ -17,10 +17,11 @@ from .randomness import _zeros_of
 class Simulation:
     """Compile the network's time loop once, then run it in chunks.
 
-    ``record`` chooses what comes back from each step: ``"spike"`` (a ``[T, n]`` raster per
-    population, split along neurons like the state), ``"V"`` (membrane potentials, the same),
-    ``"count"`` (spikes per neuron, summed on the device that owns the neuron: no raster kept)
-    and ``"rate"`` (population spike counts per step: a reduction across devices, see chapter 4).
+    ``record`` chooses what comes back from each step: ``"spike"`` (a ``[T, n]`` raster
+    per population, split along neurons like the state), ``"V"`` (membrane potentials,
+    the same), ``"count"`` (spikes per neuron, summed on the device that owns the
+    neuron: no raster kept) and ``"rate"`` (population spike counts per step: a
+    reduction across devices, see chapter 4).
     """
 
     def __init__(self, net: COBAHH, record=("spike",)):
@@ -28,8 +29,14 @@ class Simulation:
         self.counts = {}
         if "count" in self.record:  # a counter per neuron, split like the neurons
             for name, pop in net.populations.items():
-                zeros = jax.jit(_zeros_of, static_argnums=(1, 2), out_shardings=pop.spike.value.sharding)
-                self.counts[name] = bm.Variable(zeros(jax.random.PRNGKey(0), pop.num, jnp.dtype(jnp.int32)))
+                zeros = jax.jit(
+                    _zeros_of,
+                    static_argnums=(1, 2),
+                    out_shardings=pop.spike.value.sharding,
+                )
+                self.counts[name] = bm.Variable(
+                    zeros(jax.random.PRNGKey(0), pop.num, jnp.dtype(jnp.int32))
+                )
         # the compiled time loop: loop(step_indices) runs one step per index
         self.loop = bm.jit(self._loop)
         self.compiled = {}
@@ -69,7 +76,8 @@ class Simulation:
         return out
 
     def compile(self, steps: int):
-        """Lower and compile a ``steps``-long chunk (once per length); returns the compiled program."""
+        """Lower and compile a ``steps``-long chunk (once per length); returns the
+        compiled program."""
         if steps not in self.compiled:
             t0 = time.perf_counter()
             self.compiled[steps] = self.loop.compile(np.arange(steps))
@@ -77,14 +85,19 @@ class Simulation:
         return self.compiled[steps]
 
     def run(self, steps: int) -> dict:
-        """Advance ``steps`` time steps; returns the recorded arrays (still on the devices)."""
+        """Advance ``steps`` time steps; returns the recorded arrays (still on the
+        devices)."""
         self.compile(steps)
         out = self.loop(np.arange(self.t, self.t + steps))
-        # wait for the whole program: with nothing recorded, only the new state says it is done
-        jax.block_until_ready((out, [pop.V.value for pop in self.net.populations.values()]))
+        # wait for the whole program: with nothing recorded, only the new state says it
+        # is done
+        jax.block_until_ready(
+            (out, [pop.V.value for pop in self.net.populations.values()])
+        )
         self.t += steps
         after = getattr(self.net, "after_chunk", None)
-        if after is not None:  # e.g. the push delivery's overflow check (coba.push.check)
+        # e.g. the push delivery's overflow check (coba.push.check)
+        if after is not None:
             after()
         return out
 
@@ -104,7 +117,8 @@ def rate_hz(spikes, dt: float = DT) -> float:
 
 
 def cv_isi(spikes, min_spikes: int = 3) -> float:
-    """Mean coefficient of variation of inter-spike intervals over neurons with enough spikes."""
+    """Mean coefficient of variation of inter-spike intervals over neurons with enough
+    spikes."""
     return float(np.mean(cvs)) if (cvs := _cvs(spikes, min_spikes)) else float("nan")
 
 
@@ -155,8 +169,8 @@ def fano_factor(spikes, bin_ms: float = 5.0, dt: float = DT) -> float:
 
 
 def regime(spikes, bin_ms: float = 5.0, dt: float = DT) -> dict:
-    """Rate (Hz), mean CV of ISIs, Fano factor of the population count, and the fraction of
-    ISIs under 10 ms, of a ``[T, n]`` raster (cut the transient off first)."""
+    """Rate (Hz), mean CV of ISIs, Fano factor of the population count, and the fraction
+    of ISIs under 10 ms, of a ``[T, n]`` raster (cut the transient off first)."""
     isi = isis_ms(spikes, dt)
     return dict(rate=rate_hz(spikes, dt), cv=cv_isi(spikes),
                 fano=fano_factor(spikes, bin_ms, dt),

@@ -1,4 +1,5 @@
-"""The scaling data file that ``ci/coba_sweep.py`` writes, and one size's measurement."""
+"""The scaling data file that ``ci/coba_sweep.py`` writes, and one size's
+measurement."""
 from __future__ import annotations
 
 import json
@@ -9,8 +10,13 @@ import jax
 import numpy as np
 
 from ..provenance import provenance  # noqa: F401  (re-exported: ci/coba_sweep.py uses it)
-from .ledger import (SYNAPSES_PER_NEURON, _leaf, compiled_stats, fit_bytes_per_device,
-                     measured_bytes)
+from .ledger import (
+    SYNAPSES_PER_NEURON,
+    _leaf,
+    compiled_stats,
+    fit_bytes_per_device,
+    measured_bytes,
+)
 from .network import build
 from .parameters import DT, sizes
 from .run import Simulation
@@ -20,8 +26,9 @@ DATA_FILE = Path("data") / "coba_scaling.json"  # relative to book/
 
 
 def device_memory() -> dict:
-    """The largest ``peak_bytes_in_use`` and the smallest ``bytes_limit`` over this process's devices,
-    from ``device.memory_stats()``; ``{}`` where the platform reports none (CPU)."""
+    """The largest ``peak_bytes_in_use`` and the smallest ``bytes_limit`` over this
+    process's devices, from ``device.memory_stats()``; ``{}`` where the platform reports
+    none (CPU)."""
     stats = []
     for d in jax.local_devices():
         try:
@@ -40,11 +47,17 @@ def device_memory() -> dict:
     return out
 
 
-def measure_size(scale: float, sim_ms: float = 1000., chunk_ms: float = 10., time_budget: float = 60.) -> dict:
-    """Build, compile and run one size on all devices; what ``ci/coba_sweep.py`` records.
+def measure_size(
+    scale: float,
+    sim_ms: float = 1000.0,
+    chunk_ms: float = 10.0,
+    time_budget: float = 60.0,
+) -> dict:
+    """Build, compile and run one size on all devices; what ``ci/coba_sweep.py``
+    records.
 
-    Runs chunks of ``chunk_ms`` until ``sim_ms`` is simulated or ``time_budget`` seconds of
-    steady-state running are spent (at least one chunk always runs).
+    Runs chunks of ``chunk_ms`` until ``sim_ms`` is simulated or ``time_budget`` seconds
+    of steady-state running are spent (at least one chunk always runs).
     """
     devs = jax.devices()
     n_exc, n_inh = sizes(scale)
@@ -61,35 +74,64 @@ def measure_size(scale: float, sim_ms: float = 1000., chunk_ms: float = 10., tim
         chunks, run_s = chunks + 1, run_s + dt
         if chunks * chunk_ms >= sim_ms or run_s + dt > time_budget:
             break
-    spikes = sum(int(np.asarray(c.value, dtype=np.int64).sum()) for c in sim.counts.values())
+    spikes = sum(
+        int(np.asarray(c.value, dtype=np.int64).sum()) for c in sim.counts.values()
+    )
     simulated_s = chunks * chunk_ms * 1e-3
     mem = device_memory()
     stats = compiled_stats(sim.compiled[steps])
     return dict(
-        scale=scale, neurons=n_exc + n_inh, n_exc=n_exc, n_inh=n_inh, devices=len(devs), conn="index",
+        scale=scale,
+        neurons=n_exc + n_inh,
+        n_exc=n_exc,
+        n_inh=n_inh,
+        devices=len(devs),
+        conn="index",
         synapses=SYNAPSES_PER_NEURON * (n_exc + n_inh),
         conn_bytes_per_device=measured_bytes(net)["connectivity"],
-        predicted_peak_bytes_per_device=int(fit_bytes_per_device(n_exc + n_inh, len(devs))),
+        predicted_peak_bytes_per_device=int(
+            fit_bytes_per_device(n_exc + n_inh, len(devs))
+        ),
         compiled_peak_bytes_per_device=stats["peak"],
-        peak_bytes_in_use=mem.get("peak_bytes_in_use"), bytes_limit=mem.get("bytes_limit"),
-        build_s=build_s, compile_s=sim.compile_s[steps], steady_s=run_s, simulated_s=simulated_s,
+        peak_bytes_in_use=mem.get("peak_bytes_in_use"),
+        bytes_limit=mem.get("bytes_limit"),
+        build_s=build_s,
+        compile_s=sim.compile_s[steps],
+        steady_s=run_s,
+        simulated_s=simulated_s,
         steady_s_per_sim_s=run_s / simulated_s,
         rate_hz=spikes / (n_exc + n_inh) / simulated_s,
     )
 
 
 def validate_scaling(data: dict) -> dict:
-    """Check a scaling data file's structure; raises ``ValueError`` naming what is missing."""
+    """Check a scaling data file's structure; raises ``ValueError`` naming what is
+    missing."""
     if data.get("schema") != SCHEMA:
         raise ValueError(f"not a {SCHEMA} file (schema={data.get('schema')!r})")
     prov = data.get("provenance", {})
-    need = ["device_kind", "device_count", "platform", "simulated", "versions", "date", "command"]
+    need = [
+        "device_kind",
+        "device_count",
+        "platform",
+        "simulated",
+        "versions",
+        "date",
+        "command",
+    ]
     missing = [k for k in need if k not in prov]
     for pkg in ("jax", "jaxlib", "brainpy", "brainstate", "brainevent"):
         if pkg not in prov.get("versions", {}):
             missing.append(f"versions.{pkg}")
-    run_keys = ["neurons", "devices", "conn_bytes_per_device", "peak_bytes_in_use", "compile_s",
-                "steady_s_per_sim_s", "rate_hz"]
+    run_keys = [
+        "neurons",
+        "devices",
+        "conn_bytes_per_device",
+        "peak_bytes_in_use",
+        "compile_s",
+        "steady_s_per_sim_s",
+        "rate_hz",
+    ]
     for i, run in enumerate(data.get("runs", [])):
         missing += [f"runs[{i}].{k}" for k in run_keys if k not in run]
     if missing:
@@ -98,7 +140,8 @@ def validate_scaling(data: dict) -> dict:
 
 
 def load_scaling(path) -> dict | None:
-    """The scaling data file at ``path``, validated; ``None`` if there is no such file."""
+    """The scaling data file at ``path``, validated; ``None`` if there is no such
+    file."""
     path = Path(path)
     if not path.exists():
         return None
@@ -108,16 +151,19 @@ def load_scaling(path) -> dict | None:
 
 
 REGIME_SCHEMA = "shardbook.coba-regimes/1"
-VARIANTS = {  # name: what build() needs; the benchmark as published, and the book's variant
+# name: what build() needs; the benchmark as published, and the book's variant
+VARIANTS = {
     "benchmark": dict(graph="bernoulli", start="random", sizes=(3200, 800)),
     "fixed in-degree": dict(graph="fixed", start="rest", sizes=(3360, 840)),
 }
 
 
-def measure_regime(variant: str, seed: int = 0, sim_ms: float = 2100., transient_ms: float = 100.,
-                   window_ms: float = 500., devices=None) -> dict:
+def measure_regime(variant: str, seed: int = 0, sim_ms: float = 2100.,
+                   transient_ms: float = 100., window_ms: float = 500.,
+                   devices=None) -> dict:
     """Run one variant on ``devices`` (default: the first device) and return its regime
-    statistics after the transient: over the whole run, and per window of ``window_ms``."""
+    statistics after the transient: over the whole run, and per window of
+    ``window_ms``."""
     from .run import regime
 
     devs = jax.devices()[:1] if devices is None else devices
@@ -126,10 +172,14 @@ def measure_regime(variant: str, seed: int = 0, sim_ms: float = 2100., transient
     steps, cut = int(round(sim_ms / DT)), int(round(transient_ms / DT))
     out = sim.run(steps)
     spikes = np.concatenate([np.asarray(out[f"{p}.spike"]) for p in ("E", "I")], axis=1)
-    finite = all(bool(np.isfinite(np.asarray(p.V.value)).all()) for p in net.populations.values())
+    finite = all(
+        bool(np.isfinite(np.asarray(p.V.value)).all()) for p in net.populations.values()
+    )
     after = spikes[cut:]
     per = int(round(window_ms / DT))
-    windows = [regime(after[i:i + per]) for i in range(0, after.shape[0] - per + 1, per)]
+    windows = [
+        regime(after[i : i + per]) for i in range(0, after.shape[0] - per + 1, per)
+    ]
     return dict(variant=variant, seed=seed, neurons=spikes.shape[1], sim_ms=sim_ms,
                 transient_ms=transient_ms, window_ms=window_ms, finite=finite,
                 whole=regime(after), windows=windows)

@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 __all__ = ["HARDWARE", "SOURCES", "Census", "Term", "fit_bytes", "program_bytes",
-           "census_counts", "allgather_latency", "link_seconds", "terms", "step_seconds",
-           "dominant", "curve", "check_bytes", "s_per_sim_s", "DEVICE_COUNTS",
-           "predicted_bytes", "measure", "measure_at"]
+           "census_counts", "allgather_latency", "link_seconds", "terms",
+           "step_seconds", "dominant", "curve", "check_bytes", "s_per_sim_s",
+           "DEVICE_COUNTS", "predicted_bytes", "measure", "measure_at"]
 
 from ..hardware import HARDWARE, SOURCES, allgather_latency, link_seconds  # noqa: E402
 
@@ -84,7 +84,8 @@ class Term:
 
 
 def fit_bytes(counts, measured) -> tuple[float, float]:
-    """Least-squares ``(split, fixed)`` with ``measured[i] ~ split / counts[i] + fixed``."""
+    """Least-squares ``(split, fixed)`` with ``measured[i] ~ split / counts[i] +
+    fixed``."""
     x = np.stack([1 / np.asarray(counts, float), np.ones(len(counts))], axis=1)
     (split, fixed), *_ = np.linalg.lstsq(x, np.asarray(measured, float), rcond=None)
     return float(split), float(fixed)
@@ -139,8 +140,12 @@ def census_counts(text: str) -> dict:
     kernels = [op for op in ops if op not in _NOT_KERNELS]
     collectives = sum(bool(_COLLECTIVE.match(op)) for op in ops)
     syncs = sum(1 for parent, _, known in bodies if parent == body and not known)
-    return dict(kernels=len(kernels), launches=_launches(kernels), collectives=collectives,
-                host_syncs=syncs)
+    return dict(
+        kernels=len(kernels),
+        launches=_launches(kernels),
+        collectives=collectives,
+        host_syncs=syncs,
+    )
 
 
 # XLA:GPU's defaults (xla/debug_options_flags.cc): fusions, library and custom calls are
@@ -190,7 +195,8 @@ def dominant(c: Census, n: int, hw: dict = HARDWARE) -> str:
 
 
 def curve(c: Census, counts=DEVICE_COUNTS, hw: dict = HARDWARE) -> dict:
-    """Plot data: per device count, each term's seconds, the total and the dominant term."""
+    """Plot data: per device count, each term's seconds, the total and the dominant
+    term."""
     rows = []
     for n in counts:
         ts = terms(c, n, hw)
@@ -202,7 +208,8 @@ def curve(c: Census, counts=DEVICE_COUNTS, hw: dict = HARDWARE) -> dict:
 
 
 def predicted_bytes(c: Census, n: int, hw: dict = HARDWARE) -> float:
-    """Bytes per device and step that the memory terms charge (inverted from seconds)."""
+    """Bytes per device and step that the memory terms charge (inverted from
+    seconds)."""
     return sum(t.seconds for t in terms(c, n, hw)
                if t.name.startswith("memory")) * hw["hbm_bytes_per_s"]
 
@@ -233,27 +240,17 @@ def measure(conn: str, scale: float = 1, counts=(1, 2, 4), devices=None, steps: 
     """
     import jax
 
-    from .. import hlo
     from .network import build
     from .run import Simulation
 
     devices = list(devices) if devices is not None else jax.devices()
-    measured, text, compiled = {}, None, None
+    measured, compiled = {}, None
     for n in counts:
         net = build(devices[:n], scale=scale, conn=conn, **kwargs)
         compiled = Simulation(net, record=()).compile(steps)
         measured[n] = program_bytes(compiled)
-    neurons = net.n_exc + net.n_inh
-    text = compiled.as_text()
-    split, fixed = fit_bytes(list(measured), list(measured.values()))
-    gathered = sum(c.nbytes for c in hlo.collectives(text)
-                   if c.per_step and c.op == "all-gather")
-    counted = census_counts(text)
-    census = Census(conn, neurons, split, fixed, float(gathered),
-                    counted["collectives"], counted["launches"], counted["host_syncs"],
-                    dict(bytes="XLA:CPU cost_analysis, n = " + ", ".join(map(str, counts)),
-                         counts=f"XLA:CPU HLO, {max(counts)} device(s)",
-                         kwargs={k: str(v) for k, v in kwargs.items()}))
+    census = _census(conn, net.n_exc + net.n_inh, measured, compiled.as_text(),
+                     "XLA:CPU cost_analysis", kwargs)
     return census, measured
 
 
@@ -266,27 +263,38 @@ def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
     """
     import jax
 
-    from .. import gputarget, gputarget_steps, hlo
+    from .. import gputarget, gputarget_steps
 
     measured, text = {}, None
     for n in counts:
         target = gputarget.Target("cpu")
         target.devices, target.n = target.devices[:n], n
-        fn, args = gputarget_steps.coba_hh(target, conn=conn, neurons=neurons, steps=steps,
-                                           **kwargs)
+        fn, args = gputarget_steps.coba_hh(
+            target, conn=conn, neurons=neurons, steps=steps, **kwargs
+        )
         compiled = fn.trace(*args).lower().compile()
         measured[n] = program_bytes(compiled)
         text = compiled.as_text()
         del compiled
     jax.clear_caches()
-    split, fixed = fit_bytes(list(measured), list(measured.values()))
-    gathered = sum(c.nbytes for c in hlo.collectives(text)
+    census = _census(conn, neurons, measured, text,
+                     "XLA:CPU cost_analysis of the program traced at size", kwargs)
+    return census, measured
+
+
+def _census(conn: str, neurons: int, measured: dict, text: str, how: str,
+            kwargs: dict) -> Census:
+    """The Census of ``conn``: the bytes fit of ``measured`` (``{n: bytes}``, read by
+    ``how``), the all-gathers and counts of the largest count's program ``text``."""
+    from .. import hlo
+
+    counts = list(measured)
+    split, fixed = fit_bytes(counts, list(measured.values()))
+    gathered = sum(c.nbytes for c in hlo.Program(text).collectives
                    if c.per_step and c.op == "all-gather")
     counted = census_counts(text)
-    census = Census(conn, neurons, split, fixed, float(gathered),
-                    counted["collectives"], counted["launches"], counted["host_syncs"],
-                    dict(bytes="XLA:CPU cost_analysis of the program traced at size, n = "
-                               + ", ".join(map(str, counts)),
-                         counts=f"XLA:CPU HLO, {max(counts)} device(s)",
-                         kwargs={k: str(v) for k, v in kwargs.items()}))
-    return census, measured
+    return Census(conn, neurons, split, fixed, float(gathered),
+                  counted["collectives"], counted["launches"], counted["host_syncs"],
+                  dict(bytes=f"{how}, n = " + ", ".join(map(str, counts)),
+                       counts=f"XLA:CPU HLO, {max(counts)} device(s)",
+                       kwargs={k: str(v) for k, v in kwargs.items()}))

@@ -84,8 +84,8 @@ class Timing:
 
 
 def interleave(variants: dict, repeats: int = 5, warmup: int = 1) -> dict:
-    """Run each ``variants[name]()`` (it blocks until its work is done) ``warmup`` times,
-    then ``repeats`` rounds, the order rotated each round; returns
+    """Run each ``variants[name]()`` (it blocks until its work is done) ``warmup``
+    times, then ``repeats`` rounds, the order rotated each round; returns
     ``{name: [seconds, ...]}``."""
     names = list(variants)
     for _ in range(warmup):
@@ -202,8 +202,8 @@ def out_degree(sources: np.ndarray, n_pre: int) -> np.ndarray:
 
 def time_delivery(spikes: np.ndarray, k: int, devices, kinds=DELIVERIES,
                   repeats: int = 5, seed: int = 0, check: bool = True) -> dict:
-    """Delivery alone: ``{kind: Timing}`` on the recorded ``spikes`` (``bool[T, n]``) and a
-    fixed in-degree ``k`` graph of the same ``n`` neurons, on ``devices``.
+    """Delivery alone: ``{kind: Timing}`` on the recorded ``spikes`` (``bool[T, n]``)
+    and a fixed in-degree ``k`` graph of the same ``n`` neurons, on ``devices``.
 
     Every kind gets the same graph and the same spikes; ``check`` asserts that they
     deliver the same counts.  Raises :class:`SilentWindow` if the spikes carry no event.
@@ -299,10 +299,20 @@ def time_steps(variants: dict, steps: int = 500, warmup: int = 1000, repeats: in
     return out
 
 
-def time_network(conn: str = "push", graph: str = "fixed", neurons: int | None = None,
-                 scale: float = 1, devices=1, sim_ms: float = 100, warmup_ms: float = 100,
-                 repeats: int = 3, k=(K_EXC, K_INH), weights=None, start: str = "rest",
-                 **kwargs) -> dict:
+def time_network(
+    conn: str = "push",
+    graph: str = "fixed",
+    neurons: int | None = None,
+    scale: float = 1,
+    devices=1,
+    sim_ms: float = 100,
+    warmup_ms: float = 100,
+    repeats: int = 3,
+    k=(K_EXC, K_INH),
+    weights=None,
+    start: str = "rest",
+    **kwargs,
+) -> dict:
     """The book's network timed the book's way, for a script beside another simulator.
 
     ``neurons`` (80 % E) or ``scale``; ``devices``: a count (the first of

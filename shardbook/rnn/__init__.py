@@ -29,7 +29,7 @@ _WHERE = {
     # the BrainPy model
     "RNN": "model", "make_task": "model", "make_loss_fn": "model",
     "make_grad_fn": "model", "make_train_step": "model", "train": "model",
-    "shard_batch": "model", "params_of": "model",
+    "shard_batch": "model", "params_of": "model", "settle_layouts": "model",
     # pure JAX
     "Recurrence": "pure", "WHOLE": "pure", "HiddenSplit": "pure",
     "CollectiveMatmul": "pure", "cell": "pure", "loss": "pure",

@@ -50,6 +50,7 @@ __all__ = [
     "make_task",
     "make_train_step",
     "params_of",
+    "settle_layouts",
     "shard_batch",
     "train",
 ]
@@ -236,6 +237,26 @@ def make_grad_fn(model: RNN):
     return grads
 
 
+# region: rnn.step.layouts
+# jit compiles again when an input's layout *spec* changes, even to an equivalent
+# one.  After one step, jit hands back P('hidden', None) as P('hidden',) and Adam's
+# scalar step counter (made on the default device) as replicated on the mesh.  So
+# we give every variable that layout now, and the step compiles only once.
+def settle_layouts(variables, mesh, scalars: bool = True, specs: bool = True):
+    """Both fixes by default; tests/test_ch3_parallelism.py tries each alone."""
+    for var in variables:
+        if var.ndim == 0 and scalars:
+            spec = P()
+        elif var.ndim and specs and isinstance(var.value.sharding, NamedSharding):
+            spec = var.value.sharding.spec
+            while len(spec) and spec[-1] is None:  # drop trailing Nones
+                spec = P(*spec[:-1])
+        else:  # leave unannotated arrays alone (see annotate="state")
+            continue
+        var.value = jax.device_put(var.value, NamedSharding(mesh, spec))
+# endregion
+
+
 def make_train_step(model: RNN, lr: float = 1e-3):
     """One jitted training step ``step(xs, ys) -> loss`` (BPTT with Adam).
 
@@ -254,24 +275,10 @@ def make_train_step(model: RNN, lr: float = 1e-3):
     grad_fn = bm.grad(loss_fn, grad_vars=train_vars, return_value=True)
     optimizer = bp.optim.Adam(lr=lr, train_vars=train_vars)
     # endregion
-    # region: rnn.step.layouts
-    # jit compiles again when an input's layout *spec* changes, even to an equivalent
-    # one.  After one step, jit hands back P('hidden', None) as P('hidden',) and Adam's
-    # scalar step counter (made on the default device) as replicated on the mesh.  So
-    # we give every variable that layout now, and the step compiles only once.
     mesh = getattr(model.state.value.sharding, "mesh", None)
     if mesh is not None:
-        for var in list(model.vars().unique().values()) + list(optimizer.vars().unique().values()):
-            if var.ndim == 0:
-                spec = P()
-            elif isinstance(var.value.sharding, NamedSharding):
-                spec = var.value.sharding.spec
-            else:  # leave unannotated arrays alone (see annotate="state")
-                continue
-            while len(spec) and spec[-1] is None:  # drop trailing Nones
-                spec = P(*spec[:-1])
-            var.value = jax.device_put(var.value, NamedSharding(mesh, spec))
-    # endregion
+        states = model.vars().unique().values(), optimizer.vars().unique().values()
+        settle_layouts([var for group in states for var in group], mesh)
 
     # region: rnn.step.jit
     @bm.jit
