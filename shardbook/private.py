@@ -188,8 +188,7 @@ from orbax.checkpoint._src.path import atomicity
 
 finalize = atomicity.AtomicRenameTemporaryPath.finalize
 async def killed_before_commit(self):
-    if self.get_final().name.isdigit():      # the step directory: die instead of
-    committing
+    if self.get_final().name.isdigit():      # the step directory: die, not commit
         os.kill(os.getpid(), signal.SIGKILL)
     await finalize(self)                     # the item inside it finalizes as usual
 atomicity.AtomicRenameTemporaryPath.finalize = killed_before_commit
