@@ -140,3 +140,17 @@ def test_planted_bug_a_replicating_placement_is_refused(monkeypatch):
     choice = explorer.default_choice()
     with pytest.raises(AssertionError, match="the spec .* gives it"):
         explorer.explore(**choice)
+
+
+def test_the_widget_is_a_thin_wrapper_over_the_callback():
+    import html
+
+    choice = explorer.default_choice()
+    w = explorer.widget(choice)
+    shape_box, mesh_box, spec_box = w.children[0].children
+    shown = w.children[1]
+    assert html.unescape(shown.value) == f"<pre>{explorer.explore(**choice)}</pre>"
+    spec_box.value = "P('batch', 'model')"           # as if the reader typed it
+    assert "'model', which is not in the mesh" in html.unescape(shown.value)
+    mesh_box.value = "batch 2"
+    assert "cannot read the choice: a mesh is name=size pairs" in shown.value
