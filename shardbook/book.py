@@ -58,6 +58,7 @@ _MODULES = {
     "hardware": "hardware",        # cited GPU figures (H200, H100) for the cost models
     "gpudata": "gpudata",          # the real-GPU data file of ci/gpu_check, validated
     "traces": "traces",            # a jax.profiler trace written and read back (ch. 7)
+    "explorer": "explorer",        # the interactive sharding explorer (ch. 1)
 }
 _NAMES = {
     "Program": ("hlo", "Program"),
