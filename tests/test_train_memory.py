@@ -170,9 +170,3 @@ def test_a_changed_table_entry_changes_the_check(tmp_path, monkeypatch):
     other = dataclasses.replace(predicted(), compiler="gpu", temporaries=1e12)
     with pytest.raises(AssertionError, match="temporaries"):
         tm.check(other, compiled)
-
-
-def test_the_old_names_still_answer():
-    """Compat for the notebooks not yet migrated (issue 18); remove with them."""
-    assert tm.functional_step is rnn.functional_step
-    assert tm.adam_init is rnn.adam_init and tm.params_of is rnn.params_of
