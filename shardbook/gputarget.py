@@ -461,13 +461,12 @@ def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Jobs:
     Each job: ``{"builder": "module:function", "kwargs": {...}, "target": "h200",
     "devices": 8, "hosts": 1}``.  The child gets ``JAX_PLATFORMS=cpu`` and the
     wheels' folder on its ``PYTHONPATH``; nothing changes in this process.
-    ``timeout`` bounds the whole child, counted from now.  Raises
-    :class:`GpuTargetError` at once if the wheels are not installed.
+    ``timeout`` bounds the whole child, counted from now.  The cache is read first,
+    so jobs it holds need no wheels (a hosted reader without them still reads the
+    book's programs); raises :class:`GpuTargetError` at once if some job is not
+    cached and the wheels are not installed.
     """
     path = Path(path) if path is not None else target_dir()
-    if not wheels_installed(path):
-        raise GpuTargetError(f"the GPU-target wheels are not installed in {path}: run "
-                             "ci/install_gpu_target (or shardbook.gputarget.install())")
     jobs = list(jobs)
     cached = {}
     for i, job in enumerate(jobs):
@@ -475,6 +474,11 @@ def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Jobs:
         if hit is not None:
             cached[i] = hit
     todo = [job for i, job in enumerate(jobs) if i not in cached]
+    if todo and not wheels_installed(path):
+        raise GpuTargetError(f"the GPU-target wheels are not installed in {path} and "
+                             f"{len(todo)} of {len(jobs)} job(s) are not in the cache: "
+                             "run ci/install_gpu_target (or "
+                             "shardbook.gputarget.install())")
     return Jobs(Pending(todo, timeout, path) if todo else None, jobs, cached)
 
 

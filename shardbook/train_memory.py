@@ -10,9 +10,14 @@ split them; :func:`shardbook.rnn.weight_bytes`).  Then one step of Adam (BrainPy
   These four are live together while the update runs: **4P is the least any
   implementation needs** (chapter 2's count);
 * the activations that backpropagation through time keeps from the forward loop for
-  the backward loop: per time step, three ``(B_d, H_d)`` arrays (the pre-activation
-  input, ``h_{t-1}`` and ``h_t``; chapter 3 reads them off the compiled ``while``
-  loop), where ``B_d`` and ``H_d`` are this device's batch and hidden sizes;
+  the backward loop: per time step, three ``(B_d, H_d)`` arrays (``h_{t-1}``, tanh's
+  output ``h_t`` and ``1 - h_t``, from which JAX's derivative of tanh is built;
+  chapter 3 reads them off the compiled ``while`` loop), where ``B_d`` and ``H_d``
+  are this device's batch and hidden sizes;
+* the data-sized arrays autodiff also keeps (:attr:`TrainBytes.kept_data`): the
+  inputs transposed to time-first, ``(T, B_d, I)`` in the compute dtype, and the
+  loss's residual ``2 (y - ys)``, ``(B_d, T, O)`` in float32.  They are small when
+  ``I + O`` is small beside ``H``, not at the seed discussion's ``I = O = 1000``;
 * the data ``xs`` and ``ys``, the hidden state, Adam's step counter and the loss.
 
 What ``compiled.memory_analysis()`` reports depends on **donation** (JAX docs, "Buffer
@@ -68,6 +73,7 @@ __all__ = [
     "compiler_of",
     "predict",
     "saved_activations",
+    "saved_residuals",
     "temporaries_bound",
 ]
 
@@ -100,6 +106,7 @@ class TrainBytes:
     batch_split: bool = False   # data parallelism: gradients all-reduced
     param_shards: int = 1       # FSDP: stored weights split this many more ways
     compiler: str | None = "cpu"  # whose temporaries bound `temporaries` is
+    kept_data: float = 0.0   # exact: the (T, B_d/k, I) and (B_d/k, T, O) residuals
 
     @property
     def total(self) -> float:
@@ -165,6 +172,7 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
     act_itemsize = _itemsize(compute_dtype)
     activations = residuals * time * (b_d // micro_batches) * h_d * act_itemsize
     data = b_d * time * (num_in + num_out) * itemsize
+    kept_data = (b_d // micro_batches) * time * (num_in * act_itemsize + num_out * F32)
     state = b_d * h_d * itemsize
     arguments = P + 2 * P + COUNTER + data
     outputs = P + 2 * P + COUNTER + LOSS + (state if bm_jit else 0)
@@ -174,7 +182,7 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
                    temporaries=None, donate=donate, residuals=residuals,
                    micro_batches=micro_batches, act_itemsize=act_itemsize,
                    batch_split=batch_shards > 1, param_shards=param_shards,
-                   compiler=compiler)
+                   compiler=compiler, kept_data=kept_data)
     if compiler is not None:
         p = replace(p, temporaries=temporaries_bound(p, compiler))
     return p
@@ -224,6 +232,27 @@ def saved_activations(loss_fn, params, xs, ys) -> int:
     return sum(r.size * r.dtype.itemsize
                for r in jax.eval_shape(residuals, params, xs, ys)
                if r.ndim == 3 and r.shape[0] == T and r.shape[-1] == hidden)
+
+
+def saved_residuals(loss_fn, params, xs, ys) -> int:
+    """Bytes of every per-step residual autodiff keeps: ``(T, B, H_d)`` and data-sized.
+
+    As :func:`saved_activations`, but counting each residual with a time axis (``T``
+    first or second): the activations plus the transposed inputs ``(T, B, I)`` and
+    the loss's residual ``(B, T, O)``, what :attr:`TrainBytes.activations` ``+``
+    :attr:`TrainBytes.kept_data` predicts.  The weights autodiff keeps are not
+    counted (in float32 they are the argument buffers themselves).
+    """
+    import jax
+
+    T = xs.shape[1]
+
+    def residuals(p, x, y):
+        return jax.tree.leaves(jax.vjp(lambda q: loss_fn(q, x, y), p)[1])
+
+    return sum(r.size * r.dtype.itemsize
+               for r in jax.eval_shape(residuals, params, xs, ys)
+               if r.ndim == 3 and T in r.shape[:2])
 
 
 def compiler_of(compiled) -> str | None:

@@ -51,10 +51,30 @@ def test_specs_ship_with_licence_and_source():
         gt.spec_text("a100")
 
 
-def test_missing_wheels_say_what_to_do(tmp_path):
+def test_missing_wheels_say_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("BOOK_GPU_CACHE", "0")   # nothing cached: the wheels are needed
     assert not gt.wheels_installed(tmp_path)
     with pytest.raises(gt.GpuTargetError, match="ci/install_gpu_target"):
         gt.start_jobs([{"builder": B + "tiny_data_parallel"}], path=tmp_path)
+
+
+def test_cached_jobs_need_no_wheels(tmp_path, monkeypatch):
+    """A hosted reader without the wheels still reads the cached programs (page 2c's
+    first cell); a job the cache lacks still says what to install."""
+    import gzip
+    import json
+
+    monkeypatch.setenv("BOOK_GPU_CACHE_DIR", str(tmp_path / "cache"))
+    job = {"builder": B + "tiny_data_parallel", "devices": 1}
+    program = gt.compile_here(job["builder"], devices=1)   # any Program will do
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / f"{gt.cache_key(job)}.json.gz").write_bytes(
+        gzip.compress(json.dumps(program.to_json()).encode()))
+    none = tmp_path / "no-wheels"
+    [read] = gt.start_jobs([job], path=none).result()
+    assert read.memory == program.memory and "cache" in read.meta
+    with pytest.raises(gt.GpuTargetError, match="1 of 2 job"):
+        gt.start_jobs([job, {**job, "devices": 2}], path=none)
 
 
 GPU_TEXT = """\

@@ -7,6 +7,8 @@ option must reach the compiled program, checked by the saving the page predicts.
 builder that drops an option (the planted bug: ``remat`` ignored) fails.
 """
 
+from dataclasses import replace
+
 import jax
 import pytest
 
@@ -74,3 +76,41 @@ def test_the_configuration_is_the_pages():
     assert book.config("ch2c", 11).H == 128  # the fixes run on one device
     assert book.config("ch2c", 11).H_split == 132
     assert jax.numpy.dtype("bfloat16").itemsize == 2
+
+
+VARIANTS = ({}, {"remat": True}, {"dtype": "bfloat16"},
+            {"remat": True, "dtype": "bfloat16", "micro_batches": 4})
+
+
+def check_residuals(predict) -> None:
+    """Every per-step residual autodiff keeps (read from jax.vjp, nothing compiled)
+    is what ``predict`` counts: activations plus the data-sized (T, B, I) and
+    (B, T, O) arrays, for each fix and at I + O comparable to H."""
+    c = book.config("ch2c", 1)
+    for n_in, hid, n_out in ((c.I, c.H, c.O), (96, 32, 64)):   # I + O > H too
+        params = rnn.params_of(rnn.RNN(n_in, hid, n_out, c.B, annotate="none"))
+        xs, ys = rnn.make_task(c.B, c.T, n_in, n_out, seed=0)
+        for options in VARIANTS:
+            k = options.get("micro_batches", 1)
+            loss_opts = {key: jax.numpy.dtype(v) if key == "dtype" else v
+                         for key, v in options.items() if key != "micro_batches"}
+            got = tm.saved_residuals(lambda p, x, y: rnn.loss(p, x, y, **loss_opts),
+                                     params, xs[: c.B // k], ys[: c.B // k])
+            p = predict(n_in, hid, n_out, c.B, c.T, bm_jit=False, compiler=None,
+                        remat=options.get("remat", False), micro_batches=k,
+                        compute_dtype=options.get("dtype"))
+            assert got == p.activations + p.kept_data, (n_in, hid, options, got)
+
+
+def test_predict_counts_every_residual():
+    check_residuals(tm.predict)
+
+
+def test_a_predict_that_forgets_the_inputs_fails():
+    def forgetful(n_in, hid, n_out, B, T, **kw):   # the planted bug: no (T, B, I)
+        p = tm.predict(n_in, hid, n_out, B, T, **kw)
+        k = kw.get("micro_batches", 1)
+        return replace(p, kept_data=p.kept_data - T * (B // k) * n_in * p.act_itemsize)
+
+    with pytest.raises(AssertionError):
+        check_residuals(forgetful)
