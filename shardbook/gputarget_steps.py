@@ -151,9 +151,11 @@ def rnn_forward(target, B=None, T=None, I=None, H=None, O=None):
     return target.bm_step(simulate, target.struct((B, T, I), _F32, P()))
 
 
-def rnn_shard_map(target, B=None, T=None, I=None, H=None, O=None):
+def rnn_shard_map(target, B=None, T=None, I=None, H=None, O=None,
+                  overlap: bool = False):
     """Chapter 3: the gradient of the hidden split written by hand (``jax.shard_map``,
-    ``shardbook.rnn.pure.explicit_grad_fn``)."""
+    ``shardbook.rnn.pure.explicit_grad_fn``); ``overlap=True``: chapter 7's
+    collective matmul instead of the per-step all-gather."""
     from .rnn.pure import explicit_grad_fn
 
     c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O))
@@ -163,7 +165,7 @@ def rnn_shard_map(target, B=None, T=None, I=None, H=None, O=None):
     params = _weights(target, I, H, O, _SPLIT)
     xs = target.struct((B, T, I), _F32, P())
     ys = target.struct((B, T, O), _F32, P())
-    return explicit_grad_fn(mesh), (params, xs, ys)
+    return explicit_grad_fn(mesh, overlap=overlap), (params, xs, ys)
 
 
 def rnn_fsdp(target, B=None, T=None, I=None, H=None, O=None,

@@ -8,12 +8,17 @@ host or device), lines (threads, or a device's streams) and events (name, start,
 duration).  The events that matter here carry the names of the compiled program's
 HLO instructions: XLA:CPU's thunk executor records one per instruction it runs
 (``all-reduce``, ``ppermute.3``, ``ynn_fusion``, ...) on the thread of each simulated
-device; XLA:GPU records them on the ``/device:GPU:N`` planes.  So the trace is read
-*against the program*: an event is an operation of the step when its name is an
-instruction name of ``compiled.as_text()``, and a collective when that instruction's
-opcode is one (:data:`shardbook.hlo.COLLECTIVES`; of a ``-start``/``-done`` pair only
-the start is counted).  Counts inside loops are not checked: XLA:CPU's events of a loop
-body need not match the loop's trip count.
+device, named after the instruction and with an ``hlo_op`` stat that names it too.
+XLA:GPU's device events (``/device:GPU:N`` planes) are named after the CUDA kernel (an
+NCCL kernel for a collective; ``xla/backends/profiler/gpu/cupti_collector.cc``), so an
+event is matched through its ``hlo_op`` stat where it has one, else through its name.
+The trace is read *against the program*: an event is an operation of the step when that
+name is an instruction name of ``compiled.as_text()``, and a collective when that
+instruction's opcode is one (:data:`shardbook.hlo.COLLECTIVES`; of a
+``-start``/``-done`` pair only the start is counted).  Only CPU traces are checked by
+the book; the GPU path is exercised on a hand-written trace (``tests/test_traces.py``),
+never on a GPU's.  A collective inside a loop is expected once per trip
+(``Program.trips_of``), as the loop's known trip count says.
 
 ::
 
@@ -31,7 +36,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Event", "Trace", "record", "read", "from_profile", "collective_of"]
+__all__ = ["Event", "Trace", "record", "read", "from_profile", "collective_of",
+           "instruction_of"]
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+(.+?)\s+([a-z][\w\-]*)\(")
 _COLLECTIVE = re.compile(
@@ -140,10 +146,20 @@ def _instructions(text: str) -> dict[str, str]:
             if (m := _INSTR.match(line))}
 
 
+def instruction_of(event) -> str:
+    """The HLO instruction an event of a ``ProfileData`` stands for: its ``hlo_op``
+    stat where it has one (a GPU kernel's event is named after the kernel), else its
+    name."""
+    for key, value in event.stats:
+        if key == "hlo_opX":
+            return str(value)
+    return event.name
+
+
 def from_profile(profile, program, path: str | None = None) -> Trace:
-    """A :class:`Trace` from a ``jax.profiler.ProfileData``: the events whose name is
-    an instruction of ``program`` (device planes if the trace has any, else the
-    host's, so that no operation is counted twice)."""
+    """A :class:`Trace` from a ``jax.profiler.ProfileData``: the events that stand for
+    an instruction of ``program`` (:func:`instruction_of`; device planes if the trace
+    has any, else the host's, so that no operation is counted twice)."""
     ops = _instructions(program.text)
     planes = list(profile.planes)
     device = [p for p in planes if p.name.startswith("/device:")]
@@ -151,8 +167,9 @@ def from_profile(profile, program, path: str | None = None) -> Trace:
     for plane in device or planes:
         for line in plane.lines:
             for e in line.events:
-                if e.name in ops:
-                    events.append(Event(e.name, ops[e.name], plane.name, line.name,
+                name = instruction_of(e)
+                if name in ops:
+                    events.append(Event(name, ops[name], plane.name, line.name,
                                         float(e.start_ns), float(e.duration_ns)))
     return Trace(events, program, path)
 

@@ -198,6 +198,18 @@ CASES += [
         key="one device",
     ),
 ]
+# chapter 7
+CASES += [
+    Case("ch7.cmatmul", "rnn_shard_map", dict(RNN3, overlap=True), _hidden),
+    Case(
+        "ch7.cmatmul",
+        "rnn_shard_map",
+        dict(RNN3, overlap=True),
+        _hidden,
+        devices=1,
+        key="one device",
+    ),
+]
 for c in CASES:
     c.key = f"{c.step} [{c.key}]" if c.key else c.step
 
@@ -531,3 +543,49 @@ def test_a_changed_entry_fails_the_notebook_that_relies_on_it(tmp_path, monkeypa
         .split('"', 1)[0]
     )
     assert step in err.value.evalue and planted_op in err.value.evalue, err.value.evalue
+
+
+def test_the_gathered_split_fails_the_collective_matmul_entry(cpu_programs):
+    """Chapter 7's entry is not met by chapter 3's shard_map split (one all-gather per
+    step instead of k - 1 permutes): the check can fail."""
+    with pytest.raises(AssertionError, match=r"(?s)xla:cpu ch7\.cmatmul .*missing"):
+        expect.check("ch7.cmatmul", cpu_programs["rnn.hidden.shard_map"], **_hidden(N))
+
+
+START = re.compile(r"%(collective-permute-start[.\d]*) = .*collective-permute-start\(")
+DONE = re.compile(r"collective-permute-done\(%(collective-permute-start[.\d]*)\)")
+
+
+def products_inside_permutes(text: str) -> dict:
+    """``{start: number of GEMM fusions scheduled between it and its done}`` in a
+    scheduled HLO text (instructions in schedule order within each computation)."""
+    out: dict = {}
+    for computation in re.split(r"\n(?=\S)", text):
+        pending: dict = {}
+        for line in computation.splitlines()[1:]:
+            if m := START.search(line):
+                pending[m.group(1)] = 0
+            elif (m := DONE.search(line)) and m.group(1) in pending:
+                out[m.group(1)] = pending.pop(m.group(1))
+            elif re.match(r"\s*(ROOT\s+)?%gemm_fusion[\w.\-]* = ", line):
+                for k in pending:
+                    pending[k] += 1
+    return out
+
+
+def test_xla_gpu_schedules_products_inside_the_collective_matmuls_permutes(
+    gpu_programs,
+):
+    """Chapter 7: compiled for 8 x H200 with the default flags, some products of the
+    collective matmul sit between a collective-permute-start and its done (the
+    overlap); a schedule with every done right after its start has none."""
+    found = products_inside_permutes(gpu_programs["ch7.cmatmul"].text)
+    assert len(found) == 2 * (8 - 1), found  # every permute of a step, fwd and bwd
+    assert sum(1 for v in found.values() if v) == 4, found  # JAX 0.10.2's XLA
+    serial = (
+        "%body {\n  %collective-permute-start.1 = (f32[2], f32[2]) "
+        "collective-permute-start(%p)\n  %collective-permute-done.1 = f32[2] "
+        "collective-permute-done(%collective-permute-start.1)\n"
+        "  %gemm_fusion_dot.1 = f32[2] fusion(%collective-permute-done.1)\n}\n"
+    )
+    assert products_inside_permutes(serial) == {"collective-permute-start.1": 0}

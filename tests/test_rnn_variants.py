@@ -302,20 +302,25 @@ def test_collective_matmul_equals_the_propagation_split(one_device, hidden):
     bad, _ = rnn.explicit_grad_fn(mesh, overlap=True, reverse=True)(placed, xs, ys)
     with pytest.raises(AssertionError, match="NOT equal"):
         verify.close("test.rnn.cmatmul.grads", bad, propagation, **F32_TOL)
+    with pytest.raises(AssertionError, match="NOT equal"):  # chapter 7's comparison
+        verify.close("test.rnn.cmatmul.grads", bad, want, **F32_TOL)
 
 
 def test_brainstate_shard_map_equals_the_bm_sharding_model(one_device, hidden):
-    params, xs, ys, _, _ = one_device
+    params, xs, ys, want, _ = one_device
     mesh, _, propagation = hidden
     model = rnn.StateRNN(params, book.config("ch3").B, mesh)
     got, _ = rnn.stateful_grad_fn(model)(xs, ys)
     verify.close("test.rnn.brainstate.grads", got, propagation, **F32_TOL)
+    verify.close("test.rnn.brainstate.grads", got, want, **F32_TOL)  # one device
     for k, g in got.items():  # split like the weight states
         book.shards.check_sharding(g, rnn.hidden_specs()[k])
     assert model.h.value.sharding.spec == P(None, "hidden")  # the state stays split
     bad, _ = rnn.stateful_grad_fn(model, gather=False)(xs, ys)  # the planted bug
     with pytest.raises(AssertionError, match="NOT equal"):
         verify.close("test.rnn.brainstate.grads", bad, propagation, **F32_TOL)
+    with pytest.raises(AssertionError, match="NOT equal"):  # chapter 7's comparison
+        verify.close("test.rnn.brainstate.grads", bad, want, **F32_TOL)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -97,3 +97,65 @@ def test_the_share_is_read_from_the_durations():
     assert traces.collective_of("collective-permute-start") == "collective-permute"
     assert traces.collective_of("collective-permute-done") == "collective-permute"
     assert traces.collective_of("fusion") is None
+
+
+# A GPU trace's device plane, hand-written: XLA's CUPTI collector names each event after
+# the CUDA kernel (an NCCL kernel for a collective) and puts the HLO instruction in its
+# hlo_op stat (xla/backends/profiler/gpu/cupti_collector.cc, CreateXEvent). The host
+# plane's events must not be counted beside the device's.
+GPU_XSPACE = """
+planes {
+  id: 1
+  name: "/host:CPU"
+  lines {
+    id: 1
+    name: "python"
+    timestamp_ns: 1000
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 100000 }
+  }
+  event_metadata { key: 1 value { id: 1 name: "all-reduce-start.1" } }
+}
+planes {
+  id: 2
+  name: "/device:GPU:0"
+  lines {
+    id: 7
+    name: "Stream #7"
+    timestamp_ns: 1000
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 300000
+             stats { metadata_id: 10 str_value: "all-reduce-start.1" } }
+    events { metadata_id: 2 offset_ps: 400000 duration_ps: 100000
+             stats { metadata_id: 10 str_value: "fusion" } }
+    events { metadata_id: 3 offset_ps: 600000 duration_ps: 100000 }
+  }
+  event_metadata { key: 1 value { id: 1 name: "ncclDevKernel_AllReduce_Sum_f32_RING" } }
+  event_metadata { key: 2 value { id: 2 name: "loop_add_fusion" } }
+  event_metadata { key: 3 value { id: 3 name: "fusion" } }
+  stat_metadata { key: 10 value { id: 10 name: "hlo_op" } }
+}
+"""
+GPU_PROGRAM = """HloModule m
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %fusion = f32[4]{0} fusion(%p), kind=kLoop, calls=%f
+  %all-reduce-start.1 = f32[4]{0} all-reduce-start(%fusion), to_apply=%add
+  ROOT %all-reduce-done.1 = f32[4]{0} all-reduce-done(%all-reduce-start.1)
+}
+"""
+
+
+def test_a_gpu_device_plane_is_read_through_the_hlo_op_stat():
+    profile = jax.profiler.ProfileData.from_text_proto(GPU_XSPACE)
+    trace = traces.from_profile(profile, book.Program(GPU_PROGRAM, "gpu"))
+    # the kernels' events, by their hlo_op stat; the last event has none and its name
+    # ("fusion") is an instruction, so it counts too; the host plane is not read
+    assert [(e.name, e.plane) for e in trace.events] == [
+        ("all-reduce-start.1", "/device:GPU:0"),
+        ("fusion", "/device:GPU:0"),
+        ("fusion", "/device:GPU:0"),
+    ]
+    assert trace.counts() == {"all-reduce": 1}
+    assert trace.share() == pytest.approx(0.6)
+    device = next(p for p in profile.planes if p.name == "/device:GPU:0")
+    names = [traces.instruction_of(e) for line in device.lines for e in line.events]
+    assert names == ["all-reduce-start.1", "fusion", "fusion"]
