@@ -151,7 +151,7 @@ def instruction_of(event) -> str:
     stat where it has one (a GPU kernel's event is named after the kernel), else its
     name."""
     for key, value in event.stats:
-        if key == "hlo_opX":
+        if key == "hlo_op":
             return str(value)
     return event.name
 
