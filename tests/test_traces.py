@@ -29,7 +29,7 @@ def traced(tmp_path_factory):
     compiled = step.lower(x, w).compile()
     compiled(x, w).block_until_ready()
     path = traces.record(compiled, x, w, steps=2, log_dir=tmp_path_factory.mktemp("t"))
-    other = jax.jit(lambda a: 2 * a).lower(x).compile()   # no collective
+    other = jax.jit(lambda a: 2 * a).lower(x).compile()  # no collective
     return path, book.Program(compiled), book.Program(other)
 
 
@@ -49,29 +49,62 @@ def test_a_wrong_program_or_step_count_fails(traced):
     path, program, other = traced
     with pytest.raises(AssertionError, match="launch"):
         traces.read(path, program).check(steps=3)
-    wrong = traces.read(path, other)        # no instruction of it is an all-reduce
+    wrong = traces.read(path, other)  # no instruction of it is an all-reduce
     assert wrong.count("all-reduce") == 0
     with pytest.raises(AssertionError, match="launch"):
         traces.Trace(traces.read(path, program).events, other).check(steps=2)
 
 
-XSPACE = """
-planes {
-  id: 1
-  name: "/host:CPU"
-  lines {
-    id: 1
-    name: "device 0"
-    timestamp_ns: 1000
-    events { metadata_id: 1 offset_ps: 0 duration_ps: 300000 }
-    events { metadata_id: 2 offset_ps: 400000 duration_ps: 100000 }
-    events { metadata_id: 3 offset_ps: 600000 duration_ps: 900000 }
-  }
-  event_metadata { key: 1 value { id: 1 name: "all-reduce.1" } }
-  event_metadata { key: 2 value { id: 2 name: "fusion" } }
-  event_metadata { key: 3 value { id: 3 name: "Rendezvous" } }
-}
-"""
+def xspace(*planes) -> str:
+    """An XSpace in protobuf text: each plane is (name, line name, events, stats),
+    each event (name, offset_ps, duration_ps, hlo_op or None); stats names the
+    plane's stat metadata (id 10: hlo_op)."""
+    out = []
+    for pid, (plane, line, events, stats) in enumerate(planes, start=1):
+        names = list(dict.fromkeys(name for name, *_ in events))
+        rows = []
+        for name, offset, duration, hlo_op in events:
+            stat = (
+                f' stats {{ metadata_id: 10 str_value: "{hlo_op}" }}' if hlo_op else ""
+            )
+            rows.append(
+                f"    events {{ metadata_id: {names.index(name) + 1} "
+                f"offset_ps: {offset} duration_ps: {duration}{stat} }}"
+            )
+        meta = [
+            f'  event_metadata {{ key: {i} value {{ id: {i} name: "{name}" }} }}'
+            for i, name in enumerate(names, start=1)
+        ]
+        if stats:
+            meta.append('  stat_metadata { key: 10 value { id: 10 name: "hlo_op" } }')
+        out += [
+            "planes {",
+            f"  id: {pid}",
+            f'  name: "{plane}"',
+            "  lines {",
+            f"    id: {pid}",
+            f'    name: "{line}"',
+            "    timestamp_ns: 1000",
+            *rows,
+            "  }",
+            *meta,
+            "}",
+        ]
+    return "\n".join(out) + "\n"
+
+
+XSPACE = xspace(
+    (
+        "/host:CPU",
+        "device 0",
+        [
+            ("all-reduce.1", 0, 300000, None),
+            ("fusion", 400000, 100000, None),
+            ("Rendezvous", 600000, 900000, None),
+        ],
+        False,
+    )
+)
 PROGRAM = """HloModule m
 ENTRY %main (p: f32[4]) -> f32[4] {
   %p = f32[4]{0} parameter(0)
@@ -103,37 +136,19 @@ def test_the_share_is_read_from_the_durations():
 # the CUDA kernel (an NCCL kernel for a collective) and puts the HLO instruction in its
 # hlo_op stat (xla/backends/profiler/gpu/cupti_collector.cc, CreateXEvent). The host
 # plane's events must not be counted beside the device's.
-GPU_XSPACE = """
-planes {
-  id: 1
-  name: "/host:CPU"
-  lines {
-    id: 1
-    name: "python"
-    timestamp_ns: 1000
-    events { metadata_id: 1 offset_ps: 0 duration_ps: 100000 }
-  }
-  event_metadata { key: 1 value { id: 1 name: "all-reduce-start.1" } }
-}
-planes {
-  id: 2
-  name: "/device:GPU:0"
-  lines {
-    id: 7
-    name: "Stream #7"
-    timestamp_ns: 1000
-    events { metadata_id: 1 offset_ps: 0 duration_ps: 300000
-             stats { metadata_id: 10 str_value: "all-reduce-start.1" } }
-    events { metadata_id: 2 offset_ps: 400000 duration_ps: 100000
-             stats { metadata_id: 10 str_value: "fusion" } }
-    events { metadata_id: 3 offset_ps: 600000 duration_ps: 100000 }
-  }
-  event_metadata { key: 1 value { id: 1 name: "ncclDevKernel_AllReduce_Sum_f32_RING" } }
-  event_metadata { key: 2 value { id: 2 name: "loop_add_fusion" } }
-  event_metadata { key: 3 value { id: 3 name: "fusion" } }
-  stat_metadata { key: 10 value { id: 10 name: "hlo_op" } }
-}
-"""
+GPU_XSPACE = xspace(
+    ("/host:CPU", "python", [("all-reduce-start.1", 0, 100000, None)], False),
+    (
+        "/device:GPU:0",
+        "Stream #7",
+        [
+            ("ncclDevKernel_AllReduce_Sum_f32_RING", 0, 300000, "all-reduce-start.1"),
+            ("loop_add_fusion", 400000, 100000, "fusion"),
+            ("fusion", 600000, 100000, None),
+        ],
+        True,
+    ),
+)
 GPU_PROGRAM = """HloModule m
 ENTRY %main (p: f32[4]) -> f32[4] {
   %p = f32[4]{0} parameter(0)
