@@ -105,13 +105,26 @@ XSPACE = xspace(
         False,
     )
 )
-PROGRAM = """HloModule m
-ENTRY %main (p: f32[4]) -> f32[4] {
-  %p = f32[4]{0} parameter(0)
-  %fusion = f32[4]{0} fusion(%p), kind=kLoop, calls=%f
-  ROOT %all-reduce.1 = f32[4]{0} all-reduce(%fusion), to_apply=%add
-}
-"""
+
+
+def hlo(*collectives) -> str:
+    """A one-fusion HLO module whose collective instructions are ``collectives``."""
+    return (
+        "\n".join(
+            [
+                "HloModule m",
+                "ENTRY %main (p: f32[4]) -> f32[4] {",
+                "  %p = f32[4]{0} parameter(0)",
+                "  %fusion = f32[4]{0} fusion(%p), kind=kLoop, calls=%f",
+                *(f"  {line}" for line in collectives),
+                "}",
+            ]
+        )
+        + "\n"
+    )
+
+
+PROGRAM = hlo("ROOT %all-reduce.1 = f32[4]{0} all-reduce(%fusion), to_apply=%add")
 
 
 def test_the_share_is_read_from_the_durations():
@@ -149,14 +162,10 @@ GPU_XSPACE = xspace(
         True,
     ),
 )
-GPU_PROGRAM = """HloModule m
-ENTRY %main (p: f32[4]) -> f32[4] {
-  %p = f32[4]{0} parameter(0)
-  %fusion = f32[4]{0} fusion(%p), kind=kLoop, calls=%f
-  %all-reduce-start.1 = f32[4]{0} all-reduce-start(%fusion), to_apply=%add
-  ROOT %all-reduce-done.1 = f32[4]{0} all-reduce-done(%all-reduce-start.1)
-}
-"""
+GPU_PROGRAM = hlo(
+    "%all-reduce-start.1 = f32[4]{0} all-reduce-start(%fusion), to_apply=%add",
+    "ROOT %all-reduce-done.1 = f32[4]{0} all-reduce-done(%all-reduce-start.1)",
+)
 
 
 def test_a_gpu_device_plane_is_read_through_the_hlo_op_stat():
