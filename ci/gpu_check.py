@@ -36,8 +36,8 @@ checks it before it is written.
 On the lent H200 (no package index; Python 3.12, JAX 0.11.2 with CUDA 13): carry the
 wheels made by ``--wheels .whl`` and run::
 
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
-    PYTHONPATH=/tmp/site:$PWD ci/gpu_check --commit <hash> --out $OUT
+    python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl &&
+    PYTHONPATH=$PWD/.site:$PWD ci/gpu_check --commit <hash> --out $OUT
 
 and commit the ``gpu_h200.json`` that comes back into ``book/data/``.  That JAX is not
 the book's pin (0.10.2, CUDA 12): the file records the mismatch.  JAX 0.11 is not on

@@ -33,14 +33,14 @@ def test_clean_env_drops_device_settings_unless_kept(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     monkeypatch.setenv("JAX_ENABLE_X64", "1")
     monkeypatch.setenv("BOOK_NUM_DEVICES", "8")
-    monkeypatch.setenv("BOOK_GAP_LOG", "/tmp/x")
+    monkeypatch.setenv("BOOK_GAP_LOG", "gaps.jsonl")
     monkeypatch.setenv(
         "XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_cpu_x=1"
     )
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     env = child.clean_env()
     assert not [k for k in env if k.startswith(("JAX_", "XLA_"))]
-    assert "BOOK_NUM_DEVICES" not in env and env["BOOK_GAP_LOG"] == "/tmp/x"
+    assert "BOOK_NUM_DEVICES" not in env and env["BOOK_GAP_LOG"] == "gaps.jsonl"
     assert env["PYTHONPATH"].split(os.pathsep) == [str(child.REPO), "/elsewhere"]
     assert env["PYTHONUNBUFFERED"] == "1"
     kept = child.clean_env(dict(JAX_PLATFORMS="cpu"), keep=("XLA_FLAGS",), paths=["/w"])
