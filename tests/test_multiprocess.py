@@ -45,14 +45,15 @@ def test_child_env(monkeypatch):
 COBA_TINY = dict(coba_steps=40, coba_scale=0.5)  # 1,680 E + 420 I: 2 x 2 devices
 # 840 neurons on 2 processes x 2 devices; 50 ms (past the opening transient of the
 # randomised start), then a window of spikes and V compared with one process of 4
-# devices, a checkpoint, and 3 ms more.  "rows" is drawn per device block: 4 devices.
+# devices, a checkpoint, and as many steps more (the window's program again, not a
+# new compile).  "rows" is drawn per device block: 4 devices.
 GRAPHS = [
     dict(
         name="bernoulli",
         build=dict(sizes=[672, 168], graph="bernoulli", start="random"),
         skip=500,
         window=50,
-        after=30,
+        after=50,
         checkpoint=True,
     ),
     dict(
@@ -60,7 +61,7 @@ GRAPHS = [
         build=dict(scale=0.2, graph="rows", conn="event", start="random"),
         skip=500,
         window=50,
-        after=30,
+        after=50,
         checkpoint=True,
     ),
 ]
