@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "ci"))
 sys.path.insert(0, str(ROOT / "_ext"))
 
+import background  # noqa: E402
 import browser_test  # noqa: E402
 import check_notebooks  # noqa: E402
 import notebooks as nbs  # noqa: E402
@@ -376,6 +377,7 @@ def test_every_page_of_the_toc_must_be_built(tmp_path):
 
 
 def test_browser_test_fails_on_a_missing_image_a_wide_page_and_an_error(tmp_path):
+    background.wait_for_install()  # ./ci/test may be installing chromium
     chromium = browser_test.find_chromium()
     if not chromium:
         pytest.skip("no Chromium installed (ci/browser installs Debian's chromium)")

@@ -12,9 +12,9 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import background
 import netwatch
 import numpy as np
 import pytest
@@ -26,19 +26,14 @@ CLUSTER = ROOT / "recipes" / "slurm_local_cluster.sh"
 
 @pytest.fixture(autouse=True, scope="module")
 def _slurm_installed():
-    """``./ci/test`` installs slurm-wlm in the background (CI's fresh machine) and names
-    the file that will hold the install's exit status: wait for it here, when the
-    first test of this file runs, not at collection (which would hold up every test
-    of the job). Skip, with the reason, where Slurm is missing or this is not root."""
-    rc = os.environ.get("BOOK_SLURM_INSTALL")
-    deadline = time.monotonic() + 600
-    while rc and not Path(rc).exists() and time.monotonic() < deadline:
-        time.sleep(1)
+    """Skip, with the reason, where Slurm is missing or this is not root; first wait
+    for ``./ci/test``'s background install (ci/background.py), here when the first
+    test of this file runs, not at collection, which would hold up the whole job."""
+    said = background.wait_for_install()
     if shutil.which("slurmctld") is None or shutil.which("srun") is None:
-        log = f"; the install's log: {Path(rc).with_suffix('.log')}" if rc else ""
         pytest.skip(
             "needs Debian's slurm-wlm (apt-get install slurmctld slurmd slurm-client "
-            "munge)" + log
+            "munge)" + (f"; {said}" if said else "")
         )
     if os.geteuid() != 0:
         pytest.skip("needs root (slurmctld and slurmd run as root here)")
