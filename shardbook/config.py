@@ -78,13 +78,8 @@ def _ch3(n):      # the hidden axis split n ways (1-D), or (b, h) ways (2-D)
     b, h = mesh_shape_2d(n)
     return dict(B=divisible_size(8, b), T=20, I=8, H=divisible_size(840, n), O=8,
                 lr=1e-3, mesh_2d=(b, h),
-                # 3b/3c: the memory comparison, and batches split over all n devices.
-                # The weights dominate at every n: split n ways, P = 4 (I + H + O) H / n
-                # stays above 4/3 of the activations (12 T B H / n) and three copies of
-                # the gathered state (4 B H), so H >= 4 B (T + n): 1680 up to n = 11,
-                # 6,656 at 32 (B = 32)
-                H_mem=divisible_size(max(1680, 4 * divisible_size(8, n) * (20 + n)), n),
-                B_all=divisible_size(8, n),
+                # 3b/3c: the memory comparison, and batches split over all n devices
+                H_mem=divisible_size(1680, n), B_all=divisible_size(8, n),
                 # 3c: the large case of the strategy table and the GPU memory tables
                 # (8 GPUs each; not split over the lesson devices)
                 H_big=50_400, T_big=1000, B_big=32)
