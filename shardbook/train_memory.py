@@ -18,6 +18,11 @@ split them; :func:`shardbook.rnn.weight_bytes`).  Then one step of Adam (BrainPy
   inputs transposed to time-first, ``(T, B_d, I)`` in the compute dtype, and the
   loss's residual ``2 (y - ys)``, ``(B_d, T, O)`` in float32.  They are small when
   ``I + O`` is small beside ``H``, not at the seed discussion's ``I = O = 1000``;
+* under the hidden split, the state gathered whole for one step
+  (:attr:`TrainBytes.gathered_state`, ``(B_d, H)``: the all-gather's result, and in
+  the backward loop its cotangent before the reduce-scatter).  It does not shrink
+  with the hidden split: at chapter 3's memory sizes it is a tenth of the
+  activations on 8 devices (B = 8) and half of them on 32 (B = 32);
 * the data ``xs`` and ``ys``, the hidden state, Adam's step counter and the loss.
 
 What ``compiled.memory_analysis()`` reports depends on **donation** (JAX docs, "Buffer
@@ -107,6 +112,7 @@ class TrainBytes:
     param_shards: int = 1       # FSDP: stored weights split this many more ways
     compiler: str | None = "cpu"  # whose temporaries bound `temporaries` is
     kept_data: float = 0.0   # exact: the (T, B_d/k, I) and (B_d/k, T, O) residuals
+    gathered_state: float = 0.0  # exact: (B_d/k, H), gathered for one step (hidden)
 
     @property
     def total(self) -> float:
@@ -174,6 +180,8 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
     data = b_d * time * (num_in + num_out) * itemsize
     kept_data = (b_d // micro_batches) * time * (num_in * act_itemsize + num_out * F32)
     state = b_d * h_d * itemsize
+    gathered_state = ((b_d // micro_batches) * num_hid * itemsize
+                      if hidden_shards > 1 else 0)
     arguments = P + 2 * P + COUNTER + data
     outputs = P + 2 * P + COUNTER + LOSS + (state if bm_jit else 0)
     aliased = (3 * P + COUNTER) if donate else 0
@@ -182,7 +190,8 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
                    temporaries=None, donate=donate, residuals=residuals,
                    micro_batches=micro_batches, act_itemsize=act_itemsize,
                    batch_split=batch_shards > 1, param_shards=param_shards,
-                   compiler=compiler, kept_data=kept_data)
+                   compiler=compiler, kept_data=kept_data,
+                   gathered_state=gathered_state)
     if compiler is not None:
         p = replace(p, temporaries=temporaries_bound(p, compiler))
     return p
@@ -191,8 +200,9 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
 def temporaries_bound(p: TrainBytes, compiler: str) -> float:
     """The bound on ``p``'s temporaries for ``compiler``, from the expectations table.
 
-    ``slack * (activations + upcast + extra * P + gathered) + small_buffers``, whose
-    constants are the ``"train.temporaries"`` entry for that compiler.  Raises
+    ``slack * (activations + upcast + extra * P + gathered + state_buffers *
+    gathered_state) + small_buffers``, whose constants are the ``"train.temporaries"``
+    entry for that compiler.  Raises
     ``shardbook.expect.ExpectationMissing`` when the table has none.
     """
     from . import expect
@@ -209,7 +219,8 @@ def temporaries_bound(p: TrainBytes, compiler: str) -> float:
         extra += c["bf16_weights"]
         upcast = c["bf16_upcast"] * p.activations * F32 / p.act_itemsize
     gathered = 0.0 if p.param_shards == 1 else c["fsdp_gathered"] * P * p.param_shards
-    terms = p.activations + upcast + extra * P + gathered
+    state = c["state_buffers"] * p.gathered_state
+    terms = p.activations + upcast + extra * P + gathered + state
     return c["slack"] * terms + c["small_buffers"]
 
 

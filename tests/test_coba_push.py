@@ -132,6 +132,39 @@ def test_capacity_arithmetic():
         coba.build(None, scale=SCALE, conn="push", layout="sliced")
 
 
+def test_the_gathered_index_buffers_do_not_shrink():
+    """``n`` buffers of ``spike_capacity(N / n)`` on every device: chapter 4b's
+    million-neuron run keeps 126,000 neurons per device, and its buffers grow with
+    the device count (0.11 MiB on 8 devices, 0.44 MiB on 32)."""
+    ids = {k: coba.push.gathered_ids(100_800 * k, 25_200 * k, k) for k in (8, 32)}
+    assert ids[8] == {"ids_exc": 8 * 2823, "ids_inh": 8 * 782}
+    assert ids[32] == {"ids_exc": 32 * 2823, "ids_inh": 32 * 782}
+    assert [coba.gathered_bytes(100_800 * k, 25_200 * k, k) for k in (8, 32)] == [
+        115_360, 461_440
+    ]
+    p = coba.predict(100_800 * 32, 25_200 * 32, 32, "push")
+    assert p["gathered"] == 461_440 and p["temporaries"] > p["gathered"]
+    assert coba.predict(3360, 840, 4, "index")["gathered"] == 0
+
+
+def test_a_ledger_without_the_gathered_buffers_fails():
+    """Planted: the ledger's temporaries without the gathered index buffers.  At the
+    default capacity they exceed the slack from about 32 devices on (chapter 4b); here,
+    on 4 devices, a buffer for every neuron (``spike_capacity=1``: n C = N) makes them
+    as large beside the rest, and the model without them misses by more than
+    ``peak_tolerance``, while the model with them holds."""
+    n_exc, n_inh = coba.sizes(1)
+    net = coba.build(book.devices(), scale=1, conn="push", spike_capacity=1.0)
+    got = coba.compiled_stats(coba.Simulation(net, record=()).compile(4))
+    p = coba.predict(n_exc, n_inh, N, "push", spike_capacity=1.0)
+    assert p["gathered"] == 4 * (n_exc + n_inh)
+    assert abs(got["temporaries"] - p["temporaries"]) <= coba.peak_tolerance(
+        p["temporaries"]
+    ), (got, p)
+    bare = p["temporaries"] - p["gathered"]
+    assert abs(got["temporaries"] - bare) > coba.peak_tolerance(bare), (got, p)
+
+
 # --------------------------------------------------------------- static, no host trips
 _WHILE = re.compile(r"=\s.*\swhile\(")
 _TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')

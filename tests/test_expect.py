@@ -62,8 +62,7 @@ def _coba(neurons):
 def _push_ids(neurons):
     """The push delivery's gathered index buffers: n devices' capacities, E and I."""
     exc, inh = book.coba.sizes(neurons / 4200)
-    cap = book.coba.push.spike_capacity
-    return lambda n: {"ids_exc": n * cap(exc // n), "ids_inh": n * cap(inh // n)}
+    return lambda n: book.coba.push.gathered_ids(exc, inh, n)
 
 
 CASES = [
@@ -396,8 +395,9 @@ def _bound(p, tm_prediction, *, donate, batch_split, param_shards):
         else 0
     )
     gathered = p["fsdp_gathered"] * P * param_shards if param_shards > 1 else 0
+    state = p["state_buffers"] * tm_prediction.gathered_state
     return (
-        p["slack"] * (tm_prediction.activations + extra * P + gathered)
+        p["slack"] * (tm_prediction.activations + extra * P + gathered + state)
         + p["small_buffers"]
     )
 

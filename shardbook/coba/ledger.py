@@ -16,6 +16,7 @@ import brainpy.math as bm
 from .events import rows_capacity
 from .network import COBAHH
 from .parameters import K_EXC, K_INH
+from .push import SPIKE_CAPACITY, gathered_ids
 
 # V, m, h, n and the two conductances g_e, g_i: float32
 STATE_BYTES_PER_NEURON = 4 * 4 + 2 * 4
@@ -73,18 +74,30 @@ def event_bytes(n_exc: int, n_inh: int, devices: int, graph: str = "fixed",
 # per neuron of the whole network), by compiler.
 # XLA:CPU 0.10.2, chapter 4's loops (4,200 and 840 neurons, 1 and 4 devices, with and
 # without counters): the index matrix is copied twice into the loop's state, a CSR is
-# not; 16-20 bytes per neuron hold new values while old ones are read; the event CSR's
+# not; 16-19 bytes per neuron hold new values while old ones are read (the push
+# delivery's 19 fitted on 1,008,000 neurons on 8 devices, 2,510,660 B, after its
+# gathered index buffers, ``gathered_bytes``, which do not shrink); the event CSR's
 # pass over every presynaptic neuron (degree, running sums) keeps 28 bytes per neuron of
 # the network on every device: it does not shrink.
 # XLA:GPU (H200 target, 840,000 neurons on 8): no copy of the index matrix, about 12
 # bytes per neuron; the event CSR's replicated pass 16 bytes per network neuron; the
 # push delivery's XLA path adds about 13 bytes per event slot (``event_slots``).
 TEMPORARIES = {
-    "cpu": {"index": (2, 16, 0), "mask": (2, 16, 0), "push": (0, 20, 0),
+    "cpu": {"index": (2, 16, 0), "mask": (2, 16, 0), "push": (0, 19, 0),
             "event": (0, 20, 28), "brainevent": (0, 20, 0)},
     "gpu": {"index": (0, 12, 0), "push": (0, 12, 0), "event": (0, 12, 16)},
 }
 GPU_BYTES_PER_EVENT_SLOT = 13
+
+
+def gathered_bytes(n_exc: int, n_inh: int, devices: int,
+                   fraction: float = SPIKE_CAPACITY) -> int:
+    """Bytes of the push delivery's gathered index buffers on every device: ``devices``
+    int32 buffers of ``spike_capacity(N / devices)`` per population
+    (:func:`shardbook.coba.push.gathered_ids`).  A temporary of the step on any
+    compiler, and a term that does not shrink with more devices: 0.11 MiB at
+    1,008,000 neurons on 8 devices, 0.44 MiB at 4,032,000 on 32."""
+    return 4 * sum(gathered_ids(n_exc, n_inh, devices, fraction).values())
 # The tolerance of the match: XLA's packing of small buffers (at 4,200 neurons on 1-8
 # CPU devices the temporaries differ from the model by 0.2-1.9 KiB; at 10^6 neurons by
 # 0.4 %) plus a share of the predicted temporaries.  Smaller than the temporaries
@@ -104,6 +117,7 @@ def predict(
     counters: bool = False,
     platform: str = "cpu",
     event_slots: int = 0,
+    spike_capacity: float = SPIKE_CAPACITY,
 ) -> dict:
     """Predicted bytes on the fullest device.
 
@@ -114,7 +128,9 @@ def predict(
     (the inputs are not donated) and what the run records; ``temporaries``: what the
     compiled loop keeps besides, for ``platform`` ``"cpu"`` or ``"gpu"``
     (:data:`TEMPORARIES`; on a GPU the push delivery's XLA path adds
-    :data:`GPU_BYTES_PER_EVENT_SLOT` per ``event_slots``, summed over its projections);
+    :data:`GPU_BYTES_PER_EVENT_SLOT` per ``event_slots``, summed over its projections;
+    the push delivery's gathered index buffers, ``gathered``, for a buffer of
+    ``spike_capacity`` of each device's neurons: :func:`gathered_bytes`);
     ``peak`` = arguments + outputs + temporaries, matched against
     :func:`compiled_stats`'s peak within :func:`peak_tolerance`.
     """
@@ -139,8 +155,11 @@ def predict(
     out["outputs"] = (STATE_BYTES_PER_NEURON + SPIKE_BYTES_PER_NEURON + 4 * counters
                       + record_bytes_per_neuron) * per + out["counters"]
     copies, per_neuron, per_network_neuron = TEMPORARIES[platform].get(kind, (0, 0, 0))
+    out["gathered"] = (gathered_bytes(n_exc, n_inh, devices, spike_capacity)
+                       if kind == "push" else 0)
     out["temporaries"] = (
-        copies * held
+        out["gathered"]
+        + copies * held
         + per_neuron * per
         + per_network_neuron * n
         + GPU_BYTES_PER_EVENT_SLOT * event_slots * (platform == "gpu")

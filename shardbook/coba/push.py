@@ -47,7 +47,8 @@ from . import kernels
 from .events import EventCSR
 from .parameters import NEURON
 
-__all__ = ["SPIKE_CAPACITY", "SIGMAS", "spike_capacity", "event_capacity", "KERNELS",
+__all__ = ["SPIKE_CAPACITY", "SIGMAS", "spike_capacity", "gathered_ids",
+           "event_capacity", "KERNELS",
            "DeliveryOverflow", "SpikeExchange", "PushCSR", "expand", "check",
            "compact_local", "push_local",
            "burst_stats", "counters"]
@@ -78,6 +79,17 @@ def spike_capacity(n_local: int, fraction: float = SPIKE_CAPACITY) -> int:
         )
     mean = fraction * n_local
     return int(min(n_local, np.ceil(mean + SIGMAS * np.sqrt(mean) + 1)))
+
+
+def gathered_ids(n_exc: int, n_inh: int, devices: int,
+                 fraction: float = SPIKE_CAPACITY) -> dict:
+    """Entries of the gathered index buffers (int32) that every device holds after the
+    exchange: ``devices`` buffers of :func:`spike_capacity` each, for the excitatory
+    (``ids_exc``) and the inhibitory (``ids_inh``) population.  The same on every
+    device, and they do not shrink with more devices (``devices * C`` grows with the
+    network, not with its share)."""
+    return dict(ids_exc=devices * spike_capacity(n_exc // devices, fraction),
+                ids_inh=devices * spike_capacity(n_inh // devices, fraction))
 
 
 def event_capacity(slots: int, mean_degree: float) -> int:
