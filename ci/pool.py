@@ -165,8 +165,8 @@ def make_jobs(mode: str, notebooks: list[str], test_groups: list[list[str]],
     if book:   # the full book build, then the browser test of it (neither needs a
         # test result; the record page is rebuilt after the run, with the run's times,
         # and checked again then)
-        jobs.append(Job(BOOK_JOB, ["bash", "-c",
-                                   "source ci/_env.sh && build_book && ./ci/browser"], {},
+        build = "source ci/_env.sh && build_book && ./ci/browser"
+        jobs.append(Job(BOOK_JOB, ["bash", "-c", build], {},
                         est.get(BOOK_JOB, DEFAULT_S), junit_dir / "book.xml",
                         log_dir / "book-build.log"))
     for nb in notebooks:
