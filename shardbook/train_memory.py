@@ -76,6 +76,7 @@ __all__ = [
     "TrainBytes",
     "check",
     "compiler_of",
+    "kept_temporaries",
     "predict",
     "saved_activations",
     "saved_residuals",
@@ -222,6 +223,19 @@ def temporaries_bound(p: TrainBytes, compiler: str) -> float:
     state = c["state_buffers"] * p.gathered_state
     terms = p.activations + upcast + extra * P + gathered + state
     return c["slack"] * terms + c["small_buffers"]
+
+
+def kept_temporaries(p: TrainBytes, compiler: str = "cpu") -> float:
+    """The temporaries of ``p`` that grow with the per-device batch and the split: the
+    saved activations (float32 copies of bf16 ones included) and the gathered state's
+    buffers, without the bound's slack or its fixed buffers.  The premise of the
+    ``rnn.train.memory`` entry: it holds where these stay below P (``kept=``)."""
+    from . import expect
+
+    c = expect.parameters(EXPECTATION, compiler)
+    upcast = (c["bf16_upcast"] * p.activations * F32 / p.act_itemsize
+              if p.act_itemsize < F32 else 0.0)
+    return p.activations + upcast + c["state_buffers"] * p.gathered_state
 
 
 def saved_activations(loss_fn, params, xs, ys) -> int:

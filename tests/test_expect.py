@@ -59,6 +59,18 @@ def _coba(neurons):
     return lambda n: {"exc": exc, "inh": inh}
 
 
+def _train_memory(n, donate):
+    """rnn.train.memory's sizes for chapter 3's RNN split n ways: P, and its premise,
+    the temporaries that grow with n (bm.jit not donated, the pure step donated)."""
+    c = CH3
+    p = book.train_memory.predict(
+        c["I"], c["H"], c["O"], c["B"], c["T"], hidden_shards=n,
+        **({"donate": True, "bm_jit": False} if donate else {}),
+    )
+    kept = book.train_memory.kept_temporaries(p)
+    return {"P": p.weights, "donated": donate, "kept": kept}
+
+
 def _push_ids(neurons):
     """The push delivery's gathered index buffers: n devices' capacities, E and I."""
     exc, inh = book.coba.sizes(neurons / 4200)
@@ -127,13 +139,13 @@ CASES = [
         "rnn.train.memory",
         "rnn_hidden",
         RNN3,
-        lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"], n), "donated": False},
+        lambda n: _train_memory(n, donate=False),
     ),
     Case(
         "rnn.train.memory",
         "rnn_hidden",
         RNN3,
-        lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"]), "donated": False},
+        lambda n: _train_memory(1, donate=False),
         devices=1,
         key="one device",
     ),
@@ -141,7 +153,7 @@ CASES = [
         "rnn.train.memory",
         "rnn_functional",
         dict(RNN3, donate=True),
-        lambda n: {"P": weights(CH3["I"], CH3["H"], CH3["O"], n), "donated": True},
+        lambda n: _train_memory(n, donate=True),
         key="donated",
     ),
     Case("sparse.index", "sparse_index", {"N": 840, "K": 84}, lambda n: {"N": 840}),
@@ -326,7 +338,7 @@ def test_a_planted_count_byte_or_memory_change_fails(
 ):
     dp, mem = cpu_programs["rnn.dp"], cpu_programs["rnn.train.memory"]
     grads = {"grad_bytes": weights(CH2["I"], CH2["H"], CH2["O"])}
-    P = {"P": weights(CH3["I"], CH3["H"], CH3["O"], N), "donated": False}
+    P = _train_memory(N, donate=False)
     _planted(
         tmp_path,
         monkeypatch,
