@@ -45,7 +45,23 @@ def runs(nets, initial):
     out = {}
     for k, net in nets.items():
         sim = coba.Simulation(net, record=("spike", "V"))
-        out[k] = (sim, {name: np.asarray(a) for name, a in sim.run(STEPS).items()})
+        sim.raw = sim.run(STEPS)  # on the devices, for the layout check
+        out[k] = (sim, {name: np.asarray(a) for name, a in sim.raw.items()})
+    return out
+
+
+@pytest.fixture(scope="module")
+def unrecorded(nets, initial):  # record=(): what the ledger and collectives read
+    return {k: coba.Simulation(net, record=()).compile(5) for k, net in nets.items()}
+
+
+@pytest.fixture(scope="module")
+def event_runs(runs):  # the event CSR at 1 and N devices, STEPS steps of spikes
+    out = {}
+    for k in sorted({1, N}):
+        net = coba.build(jax.devices()[:k], scale=SCALE, conn="event")
+        sim = coba.Simulation(net, record=("spike",))
+        out[k] = (net, sim, sim.run(STEPS))
     return out
 
 
@@ -104,7 +120,7 @@ def test_sharded_run_is_bit_identical_to_one_device(runs):
         np.testing.assert_array_equal(out[name], ref[name], err_msg=name)
     assert 5 < coba.rate_hz(ref["E.spike"]) < 100
     assert np.isfinite(ref["E.V"]).all()
-    shards.check_sharding(sim.run(10)["E.spike"], P(None, coba.NEURON))
+    shards.check_sharding(sim.raw["E.spike"], P(None, coba.NEURON))
 
 
 def test_random_numbers_do_not_depend_on_the_mesh(initial):
@@ -120,15 +136,14 @@ def test_random_numbers_do_not_depend_on_the_mesh(initial):
             np.testing.assert_array_equal(arr, ref[name], err_msg=name)
 
 
-def test_ledger_matches_shards_and_memory_analysis(nets, runs):
+def test_ledger_matches_shards_and_memory_analysis(nets, runs, unrecorded):
     n_exc, n_inh = coba.sizes(SCALE)
     for k, net in nets.items():
         pred = coba.predict(n_exc, n_inh, k)
         got = coba.measured_bytes(net)
         for cat in ("state", "delays", "connectivity"):
             assert got[cat] == pred[cat], (k, cat)
-        sim = coba.Simulation(net, record=())
-        stats = coba.compiled_stats(sim.compile(5))
+        stats = coba.compiled_stats(unrecorded[k])
         assert stats["arguments"] == pred["arguments"] and stats["constants"] == 0
         # the peak includes the temporaries (XLA's own peak on the CPU leaves them out)
         assert stats["peak"] == (
@@ -159,10 +174,10 @@ def test_closure_constant_is_baked_whole_into_every_program():
     )
 
 
-def test_collectives_per_step():
+def test_collectives_per_step(nets, unrecorded):
     n_exc, n_inh = coba.sizes(SCALE)
-    net = coba.build(jax.devices(), scale=SCALE, conn="index")
-    prog = book.Program(coba.Simulation(net, record=("spike",)).compile(5))
+    net = nets[N]
+    prog = book.Program(unrecorded[N])  # recording nothing: the step's own collectives
     print(book.expect.check("coba.step", prog, exc=n_exc, inh=n_inh))
     if N == 1:
         return
@@ -293,14 +308,13 @@ def test_simplified_jaxpr_constants_flag_also_fixes_the_trap():
     assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr[-3000:]
 
 
-def test_event_csr_gives_the_index_spikes_on_any_mesh(runs):
+def test_event_csr_gives_the_index_spikes_on_any_mesh(runs, event_runs):
     """The per-device CSR holds the index matrix's graph: the same spikes, bit for
     bit."""
     ref = runs[1][1]
     n_exc, n_inh = coba.sizes(SCALE)
     for k in sorted({1, N}):
-        net = coba.build(jax.devices()[:k], scale=SCALE, conn="event")
-        out = coba.Simulation(net, record=("spike",)).run(STEPS)
+        net, _, out = event_runs[k]
         for name in ("E.spike", "I.spike"):
             np.testing.assert_array_equal(
                 np.asarray(out[name]), ref[name], err_msg=f"{name}, {k}"
@@ -312,9 +326,9 @@ def test_event_csr_gives_the_index_spikes_on_any_mesh(runs):
     assert ref["E.spike"].sum() > 100  # the comparison saw spikes
 
 
-def test_event_csr_keeps_two_all_gathers_and_splits_the_work():
-    net = coba.build(jax.devices(), scale=SCALE, conn="event")
-    prog = book.Program(coba.Simulation(net, record=()).compile(5))
+def test_event_csr_keeps_two_all_gathers_and_splits_the_work(event_runs):
+    net, sim, _ = event_runs[N]
+    prog = book.Program(sim.compiled[STEPS])  # its spike record adds no collective
     print(book.expect.check("coba.step", prog, exc=net.n_exc, inh=net.n_inh))
     if N > 1:
         assert not shards.is_replicated(coba.comm_output(net, "E2E"))

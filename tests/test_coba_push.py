@@ -35,17 +35,17 @@ def index_run():
 def push_runs():  # (net, outputs, program text) by (devices, kernel)
     return {
         (k, kernel): _run(k, conn="push", kernel=kernel)
-        for k, kernel in sorted({(1, "auto"), (2, "auto"), (N, "auto"), (N, "xla")})
+        for k, kernel in sorted({(1, "auto"), (N, "auto"), (N, "xla")})
     }
 
 
 @pytest.mark.parametrize(
-    "k, kernel", sorted({(1, "auto"), (2, "auto"), (N, "auto"), (N, "xla")})
+    "k, kernel", sorted({(1, "auto"), (N, "auto"), (N, "xla")})
 )
 def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(
     k, kernel, index_run, push_runs
 ):
-    """Spikes and V bit for bit, on 1, 2 and 4 devices; ``kernel="xla"`` is the GPU's
+    """Spikes and V bit for bit, on 1 and 4 devices; ``kernel="xla"`` is the GPU's
     path (static event slots), forced on the CPU."""
     net, out, _ = push_runs[k, kernel]
     assert set(out) == set(index_run)
@@ -62,7 +62,8 @@ def test_push_gives_the_index_spikes_and_voltages_on_any_mesh(
 
 def test_push_on_the_benchmarks_bernoulli_graph():
     """The published form (Bernoulli p = 0.02, randomised start): padded columns."""
-    kw = dict(graph="bernoulli", start="random", sizes=(336, 84))
+    # test_coba.py's Bernoulli sizes: the same generator programs, compiled once
+    kw = dict(graph="bernoulli", start="random", sizes=(672, 168))
     ref = coba.Simulation(
         coba.build(book.devices()[:1], conn="index", **kw), record=("spike", "V")
     ).run(100)
