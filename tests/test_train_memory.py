@@ -37,18 +37,21 @@ def _model(k, axis):
     return model, mesh, shard_batch(xs, mesh), shard_batch(ys, mesh)
 
 
+_built = functools.cache(_model)  # for compiling only: lower() changes no variable
+
+
 @functools.cache
 def _bm_step(k, axis):
     """make_train_step's program at chapter 3's sizes, compiled once per session
     (several tests read the same program; each compile costs seconds)."""
-    model, _, x, y = _model(k, axis)
+    model, _, x, y = _built(k, axis)
     return make_train_step(model).lower(x, y).compile()
 
 
 @functools.cache
 def _functional(k, axis, donate):
     """The pure step's program, compiled once per session."""
-    model, _, x, y = _model(k, axis)
+    model, _, x, y = _built(k, axis)
     params = rnn.params_of(model)
     step = rnn.functional_step(donate=donate)
     return step.lower(params, rnn.adam_init(params), x, y).compile()
