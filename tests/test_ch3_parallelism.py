@@ -83,18 +83,26 @@ def _planted(grads, k):
     return {"one shard dropped": dropped, "scaled by 7/8": scaled}
 
 
-def test_fsdp_check_passes_and_fails_on_planted_bugs(reference):
-    params, xs, ys, want = reference
-    tol = notebook_tolerance("ch3.fsdp.grads")
-    k = len(book.devices())
+@pytest.fixture(scope="module")
+def fsdp(reference):
+    """The FSDP gradient on the batch mesh: (mesh, weights, data, gradients), computed
+    once for the two FSDP tests (one compile)."""
+    params, xs, ys, _ = reference
     mesh = Mesh(np.array(book.devices()), ("batch",))
     placed = {
         n: jax.device_put(w, NamedSharding(mesh, rnn.fsdp_specs()[n]))
         for n, w in params.items()
     }
-    got, _ = rnn.fsdp_grad_fn(mesh)(
-        placed, shard_batch(xs, mesh), shard_batch(ys, mesh)
-    )
+    x, y = shard_batch(xs, mesh), shard_batch(ys, mesh)
+    grads, _ = rnn.fsdp_grad_fn(mesh)(placed, x, y)
+    return mesh, placed, x, y, grads
+
+
+def test_fsdp_check_passes_and_fails_on_planted_bugs(reference, fsdp):
+    want = reference[3]
+    got = fsdp[4]
+    tol = notebook_tolerance("ch3.fsdp.grads")
+    k = len(book.devices())
     verify.close("ch3.fsdp.grads", got, want, **tol)
     for bug, bad in _planted(got, k).items():
         with pytest.raises(AssertionError, match="NOT equal"):
@@ -102,13 +110,17 @@ def test_fsdp_check_passes_and_fails_on_planted_bugs(reference):
 
 
 def test_explicit_split_check_passes_and_fails_on_planted_bugs(reference):
+    """Also reads the collectives of the program it runs (one compile, not two)."""
     params, xs, ys, want = reference
     tol = notebook_tolerance("ch3.shmap.grads")
     k = len(book.devices())
     mesh = Mesh(np.array(book.devices()), ("hidden",))
     placed = _hidden_split(params, mesh)
     x, y = shard_batch(xs, mesh), shard_batch(ys, mesh)
-    got, _ = rnn.explicit_grad_fn(mesh)(placed, x, y)
+    compiled = rnn.explicit_grad_fn(mesh).lower(placed, x, y).compile()
+    text = compiled.as_text()
+    assert "all-gather" in text and "reduce-scatter" in text
+    got, _ = compiled(placed, x, y)
     verify.close("ch3.shmap.grads", got, want, **tol)
     bugs = _planted(got, k)
     # a bug in the code itself: the all-gather of h_{t-1} forgotten
@@ -132,25 +144,13 @@ def _hidden_split(params, mesh):
     }
 
 
-def test_explicit_split_uses_all_gather_and_reduce_scatter(reference):
-    params, xs, ys, _ = reference
-    mesh = Mesh(np.array(book.devices()), ("hidden",))
-    placed = _hidden_split(params, mesh)
-    text = rnn.explicit_grad_fn(mesh).lower(placed, xs, ys).compile().as_text()
-    assert "all-gather" in text and "reduce-scatter" in text
-
-
-def test_fsdp_step_is_the_one_adam_on_the_fsdp_gradient(reference):
+def test_fsdp_step_is_the_one_adam_on_the_fsdp_gradient(fsdp):
     """fsdp_train_step = rnn.adam_update applied to fsdp_grad_fn's gradient.
 
     (Not compared with the one-device step: Adam's first update is about
     lr * sign(g), so where g is near 0 the last bits of g decide the weights.)"""
-    params, xs, ys, _ = reference
-    mesh = Mesh(np.array(book.devices()), ("batch",))
+    mesh, placed, x, y, grads = fsdp
     specs = rnn.fsdp_specs()
-    placed = {
-        n: jax.device_put(w, NamedSharding(mesh, specs[n])) for n, w in params.items()
-    }
     opt = jax.device_put(
         rnn.adam_init(placed),
         {
@@ -159,9 +159,7 @@ def test_fsdp_step_is_the_one_adam_on_the_fsdp_gradient(reference):
             "t": NamedSharding(mesh, P()),
         },
     )
-    x, y = shard_batch(xs, mesh), shard_batch(ys, mesh)
     got, got_opt, _ = rnn.fsdp_train_step(mesh)(placed, opt, x, y)
-    grads, _ = rnn.fsdp_grad_fn(mesh)(placed, x, y)
     want, want_opt = jax.jit(rnn.adam_update)(placed, opt, grads)
     verify.close(
         "test.ch3.fsdp.adam", (got, got_opt), (want, want_opt), rtol=1e-6, atol=1e-9

@@ -77,11 +77,36 @@ def saved(request, tmp_path_factory):
     manager.close()
 
 
+_NETS: dict = {}
+_SIMS: dict = {}
+
+
+def rebuild(kind, k, scale, seed):
+    """The network rebuilt from its saved configuration on k devices, as built (every
+    state variable at its initial value), and a ``kind`` simulation of it.
+
+    Built once per (k, scale, seed), its loop compiled once per kind: a later restore
+    onto the same devices first resets the state to the values of the fresh build,
+    so it starts from exactly what a new build would (the connectivity is not state:
+    it never changes)."""
+    key = (k, scale, seed)
+    if key not in _NETS:
+        net = coba.build(jax.devices()[:k], scale=scale, seed=seed)
+        _NETS[key] = net, values(state_of(net))
+    net, initial = _NETS[key]
+    if (kind, key) not in _SIMS:
+        _SIMS[kind, key] = kind(net, record=("spike",))
+    jax.tree.map(
+        lambda v, x: setattr(v, "value", x), state_of(net), initial, is_leaf=is_var
+    )
+    return net, _SIMS[kind, key]
+
+
 def resume(manager, kind, k, drop=()):
     meta = manager.restore(
         manager.latest_step(), args=ocp.args.Composite(network=ocp.args.JsonRestore())
     )["network"]
-    net = coba.build(jax.devices()[:k], scale=meta["scale"], seed=meta["seed"])
+    net, sim = rebuild(kind, k, meta["scale"], meta["seed"])
     state = state_of(net)
     target = jax.tree.map(
         lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.value.sharding),
@@ -107,7 +132,6 @@ def resume(manager, kind, k, drop=()):
         bm.random.seed(999)  # a fresh key instead of the saved one
     else:
         bm.random.DEFAULT.value = jax.random.wrap_key_data(back["rng"]["key"])
-    sim = kind(net, record=("spike",))
     sim.t = meta["step"]
     return spikes(sim.run(HALF))
 

@@ -7,6 +7,7 @@ option must reach the compiled program, checked by the saving the page predicts.
 builder that drops an option (the planted bug: ``remat`` ignored) fails.
 """
 
+import functools
 from dataclasses import replace
 
 import jax
@@ -82,14 +83,22 @@ VARIANTS = ({}, {"remat": True}, {"dtype": "bfloat16"},
             {"remat": True, "dtype": "bfloat16", "micro_batches": 4})
 
 
+@functools.cache
+def _task(n_in, hid, n_out):
+    """Weights and data at these sizes, made once (each RNN build compiles its
+    initialisers; both residual tests read the same arrays)."""
+    c = book.config("ch2c", 1)
+    params = rnn.params_of(rnn.RNN(n_in, hid, n_out, c.B, annotate="none"))
+    return params, *rnn.make_task(c.B, c.T, n_in, n_out, seed=0)
+
+
 def check_residuals(predict) -> None:
     """Every per-step residual autodiff keeps (read from jax.vjp, nothing compiled)
     is what ``predict`` counts: activations plus the data-sized (T, B, I) and
     (B, T, O) arrays, for each fix and at I + O comparable to H."""
     c = book.config("ch2c", 1)
     for n_in, hid, n_out in ((c.I, c.H, c.O), (96, 32, 64)):   # I + O > H too
-        params = rnn.params_of(rnn.RNN(n_in, hid, n_out, c.B, annotate="none"))
-        xs, ys = rnn.make_task(c.B, c.T, n_in, n_out, seed=0)
+        params, xs, ys = _task(n_in, hid, n_out)
         for options in VARIANTS:
             k = options.get("micro_batches", 1)
             loss_opts = {key: jax.numpy.dtype(v) if key == "dtype" else v

@@ -118,11 +118,12 @@ def test_adam_hides_a_scaled_gradient_from_a_weight_check(reference):
     exactly as the right one does.
     """
     _, g1 = reference
-    before = RNN(I, H, O, B, annotate="none", seed=5)
-    w0 = {k: np.asarray(getattr(before, k).value) for k in NAMES}
+    m = RNN(I, H, O, B, annotate="none", seed=5)  # one model: each build compiles
+    w0 = {k: np.asarray(getattr(m, k).value) for k in NAMES}
     updates = []
     for factor in (1.0, 7 / 8):
-        m = RNN(I, H, O, B, annotate="none", seed=5)
+        for k in NAMES:  # back to the initial weights; a fresh Adam below
+            getattr(m, k).value = bm.asarray(w0[k])
         train_vars = m.train_vars().unique()
         opt = bp.optim.Adam(lr=1e-2, train_vars=train_vars)
         by_name = {k: k.rsplit(".", 1)[-1] for k in train_vars}

@@ -9,6 +9,7 @@ import copy
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import nbformat
@@ -30,7 +31,10 @@ def _first_cells(nb, n_code):
     return nb
 
 
-def _nbval(path):
+def _nbval(*paths, junit):
+    """Strict nbval of ``paths`` in ONE pytest process (each notebook still gets its
+    own kernel): the outcome of each cell in the order run (pytest runs the files in
+    the order given; its JUnit XML keeps that order) and the run's output."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "BOOK_NUM_DEVICES": "8"}
     cmd = [
         sys.executable,
@@ -43,11 +47,17 @@ def _nbval(path):
         "--nbval-current-env",
         "--nbval-sanitize-with",
         str(ROOT / "ci" / "sanitize.cfg"),
-        str(path),
+        f"--junitxml={junit}",
+        *(str(p) for p in paths),
     ]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, env=env, cwd=path.parent, timeout=600
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, cwd=paths[0].parent, timeout=600
     )
+    outcomes = []
+    for case in ET.parse(junit).iter("testcase"):
+        bad = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
+        outcomes.append(bad[0] if bad else "passed")
+    return outcomes, res
 
 
 @pytest.mark.skipif(not CHAPTER.exists(), reason="chapter 1 not written yet")
@@ -55,8 +65,6 @@ def test_changed_stored_output_fails(tmp_path):
     nb = _first_cells(nbformat.read(CHAPTER, as_version=4), n_code=3)
     good = tmp_path / "as_stored.ipynb"
     nbformat.write(nb, good)
-    ok = _nbval(good)
-    assert ok.returncode == 0, ok.stdout[-3000:]
 
     target = nb.cells[[i for i, c in enumerate(nb.cells) if c.cell_type == "code"][-1]]
     text = target.outputs[0]["text"]
@@ -66,8 +74,16 @@ def test_changed_stored_output_fails(tmp_path):
     )  # one character of one stored output
     bad = tmp_path / "tampered.ipynb"
     nbformat.write(nb, bad)
-    res = _nbval(bad)
+    outcomes, res = _nbval(good, bad, junit=tmp_path / "junit.xml")  # one start-up
+    n = sum(c.cell_type == "code" for c in nb.cells)  # cells per notebook (items)
+    assert len(outcomes) == 2 * n, (outcomes, res.stdout[-3000:])
+    as_stored, tampered = outcomes[:n], outcomes[n:]
+    assert "passed" in as_stored and not {"failure", "error"} & set(as_stored), (
+        outcomes,
+        res.stdout[-3000:],
+    )
     assert res.returncode != 0, "strict nbval accepted a changed stored output"
+    assert "failure" in tampered, (outcomes, res.stdout[-3000:])
     assert "mismatch" in res.stdout.lower() or "failed" in res.stdout.lower(), (
         res.stdout[-3000:]
     )

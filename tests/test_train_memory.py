@@ -8,6 +8,7 @@ micro-batches, bf16) are in tests/test_rnn_variants.py.
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
@@ -36,6 +37,26 @@ def _model(k, axis):
     return model, mesh, shard_batch(xs, mesh), shard_batch(ys, mesh)
 
 
+_built = functools.cache(_model)  # for compiling only: lower() changes no variable
+
+
+@functools.cache
+def _bm_step(k, axis):
+    """make_train_step's program at chapter 3's sizes, compiled once per session
+    (several tests read the same program; each compile costs seconds)."""
+    model, _, x, y = _built(k, axis)
+    return make_train_step(model).lower(x, y).compile()
+
+
+@functools.cache
+def _functional(k, axis, donate):
+    """The pure step's program, compiled once per session."""
+    model, _, x, y = _built(k, axis)
+    params = rnn.params_of(model)
+    step = rnn.functional_step(donate=donate)
+    return step.lower(params, rnn.adam_init(params), x, y).compile()
+
+
 def _shards(k, axis):
     return {
         "hidden_shards": k if axis == "hidden" else 1,
@@ -45,8 +66,7 @@ def _shards(k, axis):
 
 @pytest.mark.parametrize("k,axis", [(1, "hidden"), (4, "hidden"), (4, "batch")])
 def test_bm_jit_step_holds_six_copies(k, axis):
-    model, _, x, y = _model(k, axis)
-    compiled = make_train_step(model).lower(x, y).compile()
+    compiled = _bm_step(k, axis)
     p = tm.predict(I, H, O, B, T, **_shards(k, axis))
     m = tm.check(p, compiled)
     assert m["aliased"] == 0
@@ -57,11 +77,7 @@ def test_bm_jit_step_holds_six_copies(k, axis):
 @pytest.mark.parametrize("k,axis", [(4, "hidden"), (4, "batch")])
 @pytest.mark.parametrize("donate", [False, True])
 def test_functional_step_with_and_without_donation(k, axis, donate):
-    model, _, x, y = _model(k, axis)
-    params = rnn.params_of(model)
-    opt = rnn.adam_init(params)
-    step = rnn.functional_step(donate=donate)
-    compiled = step.lower(params, opt, x, y).compile()
+    compiled = _functional(k, axis, donate)
     p = tm.predict(I, H, O, B, T, donate=donate, bm_jit=False, **_shards(k, axis))
     m = tm.check(p, compiled)
     assert (m["aliased"] > 0) == donate
@@ -74,15 +90,8 @@ def test_functional_step_with_and_without_donation(k, axis, donate):
 
 
 def test_donation_saves_memory_against_no_donation():
-    model, _, x, y = _model(4, "hidden")
-    params = rnn.params_of(model)
-    opt = rnn.adam_init(params)
-    kept = compiled_memory(
-        rnn.functional_step(donate=False).lower(params, opt, x, y).compile()
-    )
-    given = compiled_memory(
-        rnn.functional_step(donate=True).lower(params, opt, x, y).compile()
-    )
+    kept = compiled_memory(_functional(4, "hidden", False))
+    given = compiled_memory(_functional(4, "hidden", True))
     P = tm.predict(I, H, O, B, T, hidden_shards=4).weights
     assert kept["total"] - given["total"] > 0.5 * P
 
@@ -93,7 +102,7 @@ def test_functional_step_equals_bm_jit_step():
     model, _, x, y = _model(4, "hidden")
     params = rnn.params_of(model)
     opt = rnn.adam_init(params)
-    step = rnn.functional_step(donate=False)
+    step = _functional(4, "hidden", False)  # the compiled pure step, called
     losses = []
     for _ in range(2):
         params, opt, loss = step(params, opt, x, y)
@@ -111,8 +120,7 @@ def test_functional_step_equals_bm_jit_step():
 
 
 def test_check_fails_on_a_wrong_model():
-    model, _, x, y = _model(4, "hidden")
-    compiled = make_train_step(model).lower(x, y).compile()
+    compiled = _bm_step(4, "hidden")
     wrong = tm.predict(I, H, O, B, T, hidden_shards=2)  # the wrong device count
     with pytest.raises(AssertionError, match="arguments"):
         tm.check(wrong, compiled)
@@ -134,8 +142,7 @@ def test_four_p_minimum_and_six_p_without_donation():
 def test_temporaries_bound_can_be_left_out_for_other_compilers():
     """The temporaries bound describes XLA:CPU; check(temporaries=False) keeps the
     exact rows."""
-    model, _, x, y = _model(4, "hidden")
-    compiled = make_train_step(model).lower(x, y).compile()
+    compiled = _bm_step(4, "hidden")
     p = tm.predict(I, H, O, B, T, hidden_shards=4)
     tight = tm.TrainBytes(**{**p.__dict__, "temporaries": 0.0})
     with pytest.raises(AssertionError, match="temporaries"):
@@ -146,13 +153,7 @@ def test_temporaries_bound_can_be_left_out_for_other_compilers():
 def test_a_changed_table_entry_changes_the_check(tmp_path, monkeypatch):
     """The bound is read from the expectations table for the program's compiler:
     without the donated step's gradient buffers (donated_grads = 0) it fails."""
-    model, _, x, y = _model(4, "hidden")
-    params = rnn.params_of(model)
-    compiled = (
-        rnn.functional_step(donate=True)
-        .lower(params, rnn.adam_init(params), x, y)
-        .compile()
-    )
+    compiled = _functional(4, "hidden", True)
 
     def predicted():
         return tm.predict(I, H, O, B, T, hidden_shards=4, donate=True, bm_jit=False)
