@@ -167,8 +167,8 @@ def model(book, coba, args) -> dict:
         exchange = sum(c["nbytes"] for c in step)
         pred = coba.predict(n_exc, big - n_exc, 64, conn, counters=True, platform="gpu")
         assert rep.memory["arguments"] == pred["arguments"], (rep.memory, pred)
-        caps = [coba.push.spike_capacity(m // 64) for m in (n_exc, big - n_exc)]
-        want = big if conn == "index" else 4 * 64 * sum(caps)  # bools, or int32 ids
+        # bools, or the int32 ids of the gathered index buffers
+        want = big if conn == "index" else coba.gathered_bytes(n_exc, big - n_exc, 64)
         assert exchange == want, (conn, exchange, want)
         c = censuses[conn].at(big)
         c.kernels, c.collectives, c.host_syncs = (

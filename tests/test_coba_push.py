@@ -233,8 +233,8 @@ def test_push_for_8_h200_has_static_loops_and_an_eighth_of_the_bool_exchange(h20
     step = [c for c in h200.collectives if c.per_step]
     assert [c.op for c in step] == ["all-gather"]  # E and I ids, combined by XLA:GPU
     n_exc, n_inh = round(0.8 * GPU_NEURONS), GPU_NEURONS - round(0.8 * GPU_NEURONS)
-    caps = [coba.push.spike_capacity(n // 8) for n in (n_exc, n_inh)]
-    assert sorted(step[0].shapes) == sorted(f"s32[{8 * c}]" for c in caps)
+    ids = coba.push.gathered_ids(n_exc, n_inh, 8)
+    assert sorted(step[0].shapes) == sorted(f"s32[{v}]" for v in ids.values())
     ids_bytes = sum(c.nbytes for c in step)
     bool_bytes = GPU_NEURONS  # the bool all-gather's result: one byte per neuron
     assert ids_bytes <= bool_bytes / 8, (ids_bytes, bool_bytes)
