@@ -113,7 +113,9 @@ def test_a_checkpoint_policy_that_saves_the_dots_keeps_three_arrays():
 
 
 # Every variant at SIZES[0]; at the other two sizes the plain step, remat and all
-# three together (micro4's and bf16's terms are in "all three", checked exactly).
+# three together. micro4 and bf16 alone are bound at SIZES[0] only: in "all three"
+# their terms sit beside remat's and the bf16 allowances, so that case is no exact
+# check of either (a cut for CI's time, said here).
 CASES = [(SIZES[0], name, False) for name in VARIANTS]
 CASES += [(SIZES[1], name, False) for name in ("plain", "remat", "all three")]
 CASES += [
@@ -241,9 +243,9 @@ def test_remat_gives_bit_identical_gradients(one_device):
 
 
 def test_gradient_accumulation_gives_the_batch_gradient(one_device):
-    """At k = 4, the memory tests' micro4: one loop over k micro-batches for every k,
-    so a second k would compile two more programs to prove the same."""
-    k = 4
+    """At k = 2, not the 4 devices' count, so a divisor that confuses the two fails
+    (page 2c checks k = 4): one loop over k micro-batches for every k."""
+    k = 2
     params, xs, ys, want, loss = one_device
     got, value = rnn.grad_fn(micro_batches=k)(params, xs, ys)
     verify.close("test.rnn.micro.grads", got, want, **F32_TOL)
