@@ -198,41 +198,42 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
     return p
 
 
-def temporaries_bound(p: TrainBytes, compiler: str) -> float:
+def temporaries_bound(p: TrainBytes, compiler: str,
+                      constants: dict | None = None) -> float:
     """The bound on ``p``'s temporaries for ``compiler``, from the expectations table.
 
-    ``slack * (activations + upcast + extra * P + gathered + state_buffers *
-    gathered_state) + small_buffers``, whose constants are the ``"train.temporaries"``
-    entry for that compiler.  Raises
+    ``slack * (kept_temporaries + extra * P + gathered) + small_buffers``: the kept
+    temporaries (:func:`kept_temporaries`), the gradient-sized buffers of donation,
+    accumulation and bf16 weights (``extra``), FSDP's gathered weights, with the
+    constants of the ``"train.temporaries"`` entry for that compiler (or
+    ``constants``, the same keys: a test plants a changed one).  Raises
     ``shardbook.expect.ExpectationMissing`` when the table has none.
     """
     from . import expect
 
-    c = expect.parameters(EXPECTATION, compiler)
+    c = expect.parameters(EXPECTATION, compiler) if constants is None else constants
     P = p.weights
     extra = 0.0
     if p.donate:
         extra += c["donated_grads_batch_split"] if p.batch_split else c["donated_grads"]
     if p.micro_batches > 1:
         extra += c["accumulate"]
-    upcast = 0.0
     if p.act_itemsize < F32:
         extra += c["bf16_weights"]
-        upcast = c["bf16_upcast"] * p.activations * F32 / p.act_itemsize
     gathered = 0.0 if p.param_shards == 1 else c["fsdp_gathered"] * P * p.param_shards
-    state = c["state_buffers"] * p.gathered_state
-    terms = p.activations + upcast + extra * P + gathered + state
+    terms = kept_temporaries(p, compiler, c) + extra * P + gathered
     return c["slack"] * terms + c["small_buffers"]
 
 
-def kept_temporaries(p: TrainBytes, compiler: str = "cpu") -> float:
+def kept_temporaries(p: TrainBytes, compiler: str = "cpu",
+                     constants: dict | None = None) -> float:
     """The temporaries of ``p`` that grow with the per-device batch and the split: the
     saved activations (float32 copies of bf16 ones included) and the gathered state's
     buffers, without the bound's slack or its fixed buffers.  The premise of the
     ``rnn.train.memory`` entry: it holds where these stay below P (``kept=``)."""
     from . import expect
 
-    c = expect.parameters(EXPECTATION, compiler)
+    c = expect.parameters(EXPECTATION, compiler) if constants is None else constants
     upcast = (c["bf16_upcast"] * p.activations * F32 / p.act_itemsize
               if p.act_itemsize < F32 else 0.0)
     return p.activations + upcast + c["state_buffers"] * p.gathered_state

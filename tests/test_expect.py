@@ -398,20 +398,9 @@ def test_a_version_without_an_entry_says_so(tmp_path, monkeypatch):
 # ------------------------------------------------------------- train.temporaries
 # The entry belongs to shardbook.train_memory's model (its tests check predict() with
 # it at many sizes); here it bounds the temporaries of this file's own compiles.
-def _bound(p, tm_prediction, *, donate, batch_split, param_shards):
-    """The temporaries bound of float32 steps, from the entry's numbers."""
-    P = tm_prediction.weights
-    extra = (
-        (p["donated_grads_batch_split"] if batch_split else p["donated_grads"])
-        if donate
-        else 0
-    )
-    gathered = p["fsdp_gathered"] * P * param_shards if param_shards > 1 else 0
-    state = p["state_buffers"] * tm_prediction.gathered_state
-    return (
-        p["slack"] * (tm_prediction.activations + extra * P + gathered + state)
-        + p["small_buffers"]
-    )
+def _bound(p, tm_prediction):
+    """The temporaries bound, shardbook's own formula, with the constants ``p``."""
+    return book.train_memory.temporaries_bound(tm_prediction, "cpu", constants=p)
 
 
 TEMPORARIES = [  # (builder, kwargs, predict() keywords): the compiles of CASES
@@ -436,19 +425,14 @@ def temporaries_measured():
     for builder, kwargs, keys in TEMPORARIES:
         sizes = [kwargs[k] for k in ("I", "H", "O", "B", "T")]
         pred = book.train_memory.predict(*sizes, **keys)
-        bound = {
-            "donate": keys.get("donate", False),
-            "batch_split": keys.get("batch_shards", 1) > 1,
-            "param_shards": keys.get("param_shards", 1),
-        }
-        out.append((keys, pred, bound, compiled_here(builder, kwargs).memory))
+        out.append((keys, pred, compiled_here(builder, kwargs).memory))
     return out
 
 
 def test_train_temporaries_bound_the_compiled_temporaries(temporaries_measured):
     p = expect.parameters("train.temporaries", "cpu")
-    for keys, pred, how, memory in temporaries_measured:
-        assert memory["temporaries"] <= _bound(p, pred, **how), (keys, memory)
+    for keys, pred, memory in temporaries_measured:
+        assert memory["temporaries"] <= _bound(p, pred), (keys, memory)
 
 
 def test_train_temporaries_are_tight_enough_to_fail(temporaries_measured):
@@ -458,8 +442,8 @@ def test_train_temporaries_are_tight_enough_to_fail(temporaries_measured):
     p["donated_grads"] -= 1
     broken = [
         keys
-        for keys, pred, how, memory in temporaries_measured
-        if memory["temporaries"] > _bound(p, pred, **how)
+        for keys, pred, memory in temporaries_measured
+        if memory["temporaries"] > _bound(p, pred)
     ]
     assert broken == [{"hidden_shards": N, "donate": True, "bm_jit": False}], broken
 
