@@ -255,9 +255,10 @@ def tiny_data_parallel(target, B=64, D=32, batch_sharded: bool = True):
 
 
 # COBA-HH: resized compiles build the network at this small scale and trace it at the
-# size asked for. 672 E + 168 I: both divide by 1..8 and neither equals an in-degree
-# (64, 16) or a step count.
+# size asked for. 672 E + 168 I: both divide by 1..4 and 6..8 and neither equals an
+# in-degree (64, 16) or a step count; other device counts build a multiple of it.
 _SMALL_SCALE = 0.2
+_SMALL_INH = 168  # the I population at _SMALL_SCALE; E is 4 times it
 
 
 def coba_hh(
@@ -288,8 +289,9 @@ def coba_hh(
     from . import coba
 
     mesh = target.mesh((target.n,), (coba.NEURON,))
-    # the least multiple of the small scale that every device count splits (840 s / n)
-    small_scale = _SMALL_SCALE * (target.n // gcd(840, target.n))
+    # the least multiple of the small scale whose populations (672 m E, 168 m I) the
+    # device count splits: m = n / gcd(168, n), 1 at 1..4 and 6..8, 5 at 5 devices
+    small_scale = _SMALL_SCALE * (target.n // gcd(_SMALL_INH, target.n))
     build_scale = small_scale if neurons is not None else scale
     extra = {} if spike_capacity is None else dict(spike_capacity=spike_capacity)
     net = coba.build(
