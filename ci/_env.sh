@@ -29,7 +29,9 @@ ensure_env() {
   fi
   # BOOK_EXTRA_REQUIREMENTS: another pinned file installed on top (./ci/test --gpu uses ci/requirements-gpu.txt)
   [[ -n "${BOOK_EXTRA_REQUIREMENTS:-}" ]] && extra=(-r "$BOOK_EXTRA_REQUIREMENTS")
-  want="$(cat requirements.txt pyproject.toml ${BOOK_EXTRA_REQUIREMENTS:-} | sha256sum | cut -c1-16)"
+  # the recipe's tag too: a .venv installed without .pyc files (before uv compiled them)
+  # is made again, once
+  want="$({ cat requirements.txt pyproject.toml ${BOOK_EXTRA_REQUIREMENTS:-}; echo uv-compile-bytecode; } | sha256sum | cut -c1-16)"
   stamp="$VENV/.book-stamp"
   if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "[env] reusing $(realpath --relative-to="$ROOT" "$VENV" 2>/dev/null || echo "$VENV") (requirements unchanged)"
