@@ -26,6 +26,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from .events import EventCSR
+from .once import once_jit
 from .parameters import NEURON
 
 __all__ = ["in_degree", "fingerprint", "edge_summary", "DegreeStats"]
@@ -158,11 +159,11 @@ def _summary_program(edges, n_pre, n_local, mesh, specs):
         return out[None] if mesh is None else jax.lax.all_gather(out, NEURON)
 
     if mesh is None:
-        return jax.jit(local)
+        return once_jit(local)
     local = jax.shard_map(
         local, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False
     )
-    return jax.jit(local, out_shardings=jax.sharding.NamedSharding(mesh, P()))
+    return once_jit(local, out_shardings=jax.sharding.NamedSharding(mesh, P()))
 
 
 class DegreeStats(dict):

@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 import brainpy as bp
 import brainpy.math as bm
 
+from .once import once_jit
 from .parameters import NEURON
 
 CHUNK_FRACTION = 1 / 256  # a chunk covers this fraction of a device's synapses
@@ -112,7 +113,7 @@ def _csr_builder(mesh, n_pre: int):
     if mesh is not None:
         build = jax.shard_map(build, mesh=mesh, in_specs=P(None, NEURON),
                               out_specs=(P(NEURON), P(NEURON)), check_vma=False)
-    return jax.jit(build)
+    return once_jit(build)
 
 
 @lru_cache(maxsize=None)
@@ -124,7 +125,15 @@ def _rows_builder(mesh, n_pre: int, n_local: int, k: int, cap: int):
     if mesh is not None:
         build = jax.shard_map(build, mesh=mesh, in_specs=P(),
                               out_specs=(P(NEURON), P(NEURON)), check_vma=False)
-    return jax.jit(build)
+    return once_jit(build)
+
+
+@lru_cache(maxsize=None)
+def _most_synapses(mesh, devices: int):
+    """The largest block's synapse count (the last entry of its indptr), replicated."""
+    replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, P())
+    return once_jit(lambda p: p.reshape(devices, -1)[:, -1].max(),
+                    out_shardings=replicated)
 
 
 class EventCSR(bp.dnn.Layer):
@@ -158,10 +167,7 @@ class EventCSR(bp.dnn.Layer):
         # the room for a random number of synapses must have sufficed
         if sources is None:
             # a replicated max over the blocks' ends: readable in every process
-            replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, P())
-            most = int(jax.device_get(jax.jit(
-                lambda p: p.reshape(self.devices, -1)[:, -1].max(),
-                out_shardings=replicated)(indptr)))
+            most = int(jax.device_get(_most_synapses(mesh, self.devices)(indptr)))
             if most > cap:
                 raise RuntimeError(f"a block drew {most} synapses, room for {cap}")
         # int32[devices * (n_pre + 1)]: does not shrink

@@ -15,6 +15,7 @@ import numpy as np
 import brainpy as bp  # noqa: F401  (BrainPy's sharding module needs brainpy imported)
 import brainpy.math as bm
 
+from .once import compile_once
 from .parameters import GE0_MEAN, GE0_SD, GI0_MEAN, GI0_SD, NEURON, V0_MEAN, V0_SD
 
 
@@ -138,17 +139,11 @@ def _compiled(fn, key, sharding, static):
             static_nums = tuple(range(1, 1 + len(static)))
             jitted = jax.jit(fn, static_argnums=static_nums, out_shardings=sharding)
             lowered = jitted.lower(key, *static)
-        # A generator runs once per network: on CPU, skipping LLVM's optimisations
-        # halves the compile time of a small one (a large one, or a sort, runs faster
-        # optimised).
-        size = sum(
-            x.size
-            for x in jax.tree.leaves(jax.eval_shape(lambda k: fn(k, *static), key))
-        )
-        quick = (jax.default_backend() == "cpu"
-                 and fn in (random_state, _zeros_of, _full_of) and size < 2e6)
-        _COMPILED[cache_key] = (lowered.compile({"xla_backend_optimization_level": 0})
-                                if quick else lowered.compile())
+        # A generator runs once per network: compiled quickly where that is quicker
+        # (once.compile_once).  bernoulli_sources' work is its [n_pre, n_post] draw,
+        # not its output.
+        work = static[0] * static[1] if fn is bernoulli_sources else 0
+        _COMPILED[cache_key] = compile_once(lowered, work=work)
     return _COMPILED[cache_key]
 
 
