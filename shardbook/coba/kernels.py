@@ -73,121 +73,18 @@ _STATE: dict = {}
 
 
 def _build():
-    """Compile the two handlers with numba; returns {name: cfunc}."""
-    import numba
-    from llvmlite import ir
-    from numba import types
-    from numba.extending import intrinsic
+    """The two handlers, compiled by numba (``ffi_handlers``, cached on disk)."""
+    from . import ffi_handlers
 
-    major, minor = api_version()
-
-    @intrinsic
-    def _at(typingctx, base, offset):  # the int64 stored at address base + offset
-        sig = types.int64(types.int64, types.int64)
-
-        def codegen(context, builder, signature, args):
-            addr = builder.add(args[0], args[1])
-            ptr = builder.inttoptr(addr, ir.IntType(64).as_pointer())
-            return builder.load(ptr)
-        return sig, codegen
-
-    @intrinsic
-    def _put32(typingctx, addr, value):  # store an int32 at an address
-        sig = types.void(types.int64, types.int32)
-
-        def codegen(context, builder, signature, args):
-            ptr = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
-            builder.store(args[1], ptr)
-            return context.get_dummy_value()
-        return sig, codegen
-
-    @intrinsic
-    def _view(typingctx, addr, dtype):  # a raw address as a typed pointer
-        ty = dtype.dtype if isinstance(dtype, types.DType) else dtype.instance_type
-        sig = types.CPointer(ty)(types.int64, dtype)
-
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(
-                args[0], context.get_value_type(signature.return_type)
-            )
-        return sig, codegen
-
-    @numba.njit(inline="always")
-    def metadata_query(frame):  # answer XLA's handshake; True if it was one
-        ext = _at(frame, _FRAME_EXT)
-        while ext != 0:
-            if (_at(ext, _EXT_TYPE) & 0xFFFFFFFF) == _EXTENSION_METADATA:
-                meta = _at(ext, _EXT_METADATA)
-                _put32(meta + _META_MAJOR, np.int32(major))
-                _put32(meta + _META_MINOR, np.int32(minor))
-                _put32(meta + _META_TRAITS, np.int32(0))
-                return True
-            ext = _at(ext, _EXT_NEXT)
-        return False
-
-    @numba.njit(inline="always")
-    def array(frame, which, i, dtype):  # arg/ret i (which) of the frame, 1-d, as dtype
-        buf = _at(_at(frame, which + _LIST_PTRS), 8 * i)
-        n = _at(_at(buf, _BUF_DIMS), 0)
-        return numba.carray(_view(_at(buf, _BUF_DATA), dtype), (n,))
-
-    # XLA_FFI_Error* handler(XLA_FFI_CallFrame*): both pointers travel as 64-bit
-    # integers (the same registers in the x86-64 and aarch64 C ABIs); 0 is success.
-    sig = types.int64(types.int64)
-
-    def handler(kernel):
-        """The FFI handler that answers XLA's metadata query, and runs ``kernel(frame)``
-        at the execute stage only."""
-        kernel = numba.njit(inline="always")(kernel)
-
-        @numba.cfunc(sig, nopython=True)
-        def call(frame):
-            if (not metadata_query(frame)
-                    and (_at(frame, _FRAME_STAGE) & 0xFFFFFFFF) == _STAGE_EXECUTE):
-                kernel(frame)
-            return 0
-        return call
-
-    @handler
-    def compact(frame):
-        spikes = array(frame, _FRAME_ARGS, 0, numba.uint8)
-        ids = array(frame, _FRAME_RETS, 0, numba.int32)
-        count = array(frame, _FRAME_RETS, 1, numba.int32)
-        n, cap = len(spikes), len(ids)
-        c = 0
-        for i in range(n):
-            if spikes[i]:
-                if c < cap:
-                    ids[c] = i
-                c += 1
-        for k in range(min(c, cap), cap):
-            ids[k] = n
-        count[0] = c
-
-    @handler
-    def push(frame):
-        ids = array(frame, _FRAME_ARGS, 0, numba.int32)
-        indptr = array(frame, _FRAME_ARGS, 1, numba.int32)
-        indices = array(frame, _FRAME_ARGS, 2, numba.int32)
-        out = array(frame, _FRAME_RETS, 0, numba.float32)
-        events = array(frame, _FRAME_RETS, 1, numba.int32)
-        out[:] = 0.0
-        n_pre = len(indptr) - 1
-        total = 0
-        for k in range(len(ids)):
-            j = ids[k]
-            if 0 <= j < n_pre:
-                total += indptr[j + 1] - indptr[j]
-                for s in range(indptr[j], indptr[j + 1]):
-                    out[indices[s]] += 1.0
-        events[0] = total
-
-    return {"compact": compact, "push": push}
+    return {"compact": ffi_handlers.compact, "push": ffi_handlers.push}
 
 
-# The C API versions whose struct layout the offsets above were checked against (jaxlib
-# 0.10.2 ships 0.3).  Another version, or a 32-bit platform, uses the XLA path instead.
-TESTED_API_VERSIONS = {(0, 3)}
+# The C API version whose struct layout the offsets above were checked against (jaxlib
+# 0.10.2 ships 0.3), and that the handlers answer XLA's handshake with (a constant of
+# their cached machine code).  Another version, or a 32-bit platform, uses the XLA
+# path instead.
+HANDLER_API_VERSION = (0, 3)
+TESTED_API_VERSIONS = {HANDLER_API_VERSION}
 
 
 def _register() -> bool:

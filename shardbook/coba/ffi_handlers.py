@@ -1,0 +1,139 @@
+"""The two XLA FFI handlers of :mod:`shardbook.coba.kernels`, as numba ``cfunc``\\ s.
+
+Imported only by ``kernels._build`` (it imports numba).  Every function is at module
+level, so numba caches its machine code (``cache=True``: in ``__pycache__`` beside this
+file, keyed by this file and the CPU): the first process compiles them (about 2 s),
+every later one loads them.  The byte offsets and the API version they answer with are
+those of ``kernels``; this module holds no other knowledge of the C API.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from .kernels import (
+    _BUF_DATA,
+    _BUF_DIMS,
+    _EXT_METADATA,
+    _EXT_NEXT,
+    _EXT_TYPE,
+    _EXTENSION_METADATA,
+    _FRAME_ARGS,
+    _FRAME_EXT,
+    _FRAME_RETS,
+    _FRAME_STAGE,
+    _LIST_PTRS,
+    _META_MAJOR,
+    _META_MINOR,
+    _META_TRAITS,
+    _STAGE_EXECUTE,
+    HANDLER_API_VERSION,
+)
+
+_MAJOR, _MINOR = HANDLER_API_VERSION
+
+
+@intrinsic
+def _at(typingctx, base, offset):  # the int64 stored at address base + offset
+    sig = types.int64(types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        addr = builder.add(args[0], args[1])
+        ptr = builder.inttoptr(addr, ir.IntType(64).as_pointer())
+        return builder.load(ptr)
+    return sig, codegen
+
+
+@intrinsic
+def _put32(typingctx, addr, value):  # store an int32 at an address
+    sig = types.void(types.int64, types.int32)
+
+    def codegen(context, builder, signature, args):
+        ptr = builder.inttoptr(args[0], ir.IntType(32).as_pointer())
+        builder.store(args[1], ptr)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def _view(typingctx, addr, dtype):  # a raw address as a typed pointer
+    ty = dtype.dtype if isinstance(dtype, types.DType) else dtype.instance_type
+    sig = types.CPointer(ty)(types.int64, dtype)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(
+            args[0], context.get_value_type(signature.return_type)
+        )
+    return sig, codegen
+
+
+@numba.njit(inline="always", cache=True)
+def _metadata_query(frame):  # answer XLA's handshake; True if it was one
+    ext = _at(frame, _FRAME_EXT)
+    while ext != 0:
+        if (_at(ext, _EXT_TYPE) & 0xFFFFFFFF) == _EXTENSION_METADATA:
+            meta = _at(ext, _EXT_METADATA)
+            _put32(meta + _META_MAJOR, np.int32(_MAJOR))
+            _put32(meta + _META_MINOR, np.int32(_MINOR))
+            _put32(meta + _META_TRAITS, np.int32(0))
+            return True
+        ext = _at(ext, _EXT_NEXT)
+    return False
+
+
+@numba.njit(inline="always", cache=True)
+def _array(frame, which, i, dtype):  # arg/ret i (which) of the frame, 1-d, as dtype
+    buf = _at(_at(frame, which + _LIST_PTRS), 8 * i)
+    n = _at(_at(buf, _BUF_DIMS), 0)
+    return numba.carray(_view(_at(buf, _BUF_DATA), dtype), (n,))
+
+
+@numba.njit(inline="always", cache=True)
+def _executing(frame):  # not the handshake, and the execute stage
+    return (not _metadata_query(frame)
+            and (_at(frame, _FRAME_STAGE) & 0xFFFFFFFF) == _STAGE_EXECUTE)
+
+
+# XLA_FFI_Error* handler(XLA_FFI_CallFrame*): both pointers travel as 64-bit integers
+# (the same registers in the x86-64 and aarch64 C ABIs); 0 is success.
+@numba.cfunc(types.int64(types.int64), nopython=True, cache=True)
+def compact(frame):
+    if _executing(frame):
+        spikes = _array(frame, _FRAME_ARGS, 0, numba.uint8)
+        ids = _array(frame, _FRAME_RETS, 0, numba.int32)
+        count = _array(frame, _FRAME_RETS, 1, numba.int32)
+        n, cap = len(spikes), len(ids)
+        c = 0
+        for i in range(n):
+            if spikes[i]:
+                if c < cap:
+                    ids[c] = i
+                c += 1
+        for k in range(min(c, cap), cap):
+            ids[k] = n
+        count[0] = c
+    return 0
+
+
+@numba.cfunc(types.int64(types.int64), nopython=True, cache=True)
+def push(frame):
+    if _executing(frame):
+        ids = _array(frame, _FRAME_ARGS, 0, numba.int32)
+        indptr = _array(frame, _FRAME_ARGS, 1, numba.int32)
+        indices = _array(frame, _FRAME_ARGS, 2, numba.int32)
+        out = _array(frame, _FRAME_RETS, 0, numba.float32)
+        events = _array(frame, _FRAME_RETS, 1, numba.int32)
+        out[:] = 0.0
+        n_pre = len(indptr) - 1
+        total = 0
+        for k in range(len(ids)):
+            j = ids[k]
+            if 0 <= j < n_pre:
+                total += indptr[j + 1] - indptr[j]
+                for s in range(indptr[j], indptr[j + 1]):
+                    out[indices[s]] += 1.0
+        events[0] = total
+    return 0
