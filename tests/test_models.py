@@ -1,13 +1,12 @@
 """Tests of the BrainPy RNN (``book.rnn``, ``shardbook/rnn/model.py``) on 4 simulated
-CPU devices.
+CPU devices (conftest.py sets them before JAX starts).
 
-JAX fixes the device count when it starts, and pytest may already have started it
-with another count, so the checks run in a fresh Python process that sets
-BOOK_NUM_DEVICES=4 before importing BrainPy.  It prints its measurements as JSON and
-the tests below assert on them.
+The measurements are one script, run once in this process; it prints them as JSON and
+the tests below assert on them (the round trip through JSON is what they compare).
 """
 
-import os
+import contextlib
+import io
 import textwrap
 
 import numpy as np
@@ -118,10 +117,10 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def result():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", BOOK_NUM_DEVICES="4")
-    proc = pyrun.python("-c", SCRIPT, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return pyrun.marked_json(proc.stdout, "RESULT")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(SCRIPT, {"__name__": "test_models_script"})
+    return pyrun.marked_json(out.getvalue(), "RESULT")
 
 
 def test_four_devices(result):
