@@ -14,11 +14,11 @@ Two checks, both offline:
   sideways, at 1400 px nor at 400 px (a phone).  At 1400 px a code cell must show
   88 characters across and an output 100 (ruff's line-length in pyproject.toml, and
   the output limit of ci/check_notebooks.py).
-  The search page must find "sharding".  With ``--screenshots DIR``, or
+  The search page must find "sharding".  With ``--screenshots``, or
   BOOK_SCREENSHOTS=1 in the environment (the GitHub workflow, which keeps them), a
-  screenshot of each page at 1400 px goes to DIR (default _build/screenshots/): a
-  picture for people, no check, and 40 % of the browser test's time, so ./ci/test
-  alone takes none.
+  screenshot of each page at 1400 px goes to ``--screenshots-dir`` (default
+  _build/screenshots/): a picture for people, no check, and 40 % of the browser
+  test's time, so ./ci/test alone takes none.
 
 Requests to other hosts (MathJax, Thebe from a CDN) are blocked, as CI has no network;
 they are not counted as errors.  Exit status 1 if anything fails.
@@ -363,10 +363,11 @@ def self_test(chromium: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("site", nargs="?", type=Path, default=ROOT / "_build" / "html")
-    shots = ROOT / "_build" / "screenshots"
-    keep = os.environ.get("BOOK_SCREENSHOTS") == "1"
-    ap.add_argument("--screenshots", type=Path, nargs="?", const=shots,
-                    default=shots if keep else None)
+    ap.add_argument("--screenshots", action="store_true",
+                    default=os.environ.get("BOOK_SCREENSHOTS") == "1",
+                    help="keep a screenshot of every page (also BOOK_SCREENSHOTS=1)")
+    ap.add_argument("--screenshots-dir", type=Path,
+                    default=ROOT / "_build" / "screenshots")
     ap.add_argument("--links-only", action="store_true", help="skip the browser")
     ap.add_argument("--self-test", action="store_true",
                     help="only check that planted bugs are caught")
@@ -398,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
             print("[browser] no Chromium found: run ci/browser, which installs it")
             return 2
         t1 = time.perf_counter()
-        problems += check_pages(args.site, args.screenshots, chromium)
-        where = (f"screenshots in {args.screenshots}" if args.screenshots
+        shots = args.screenshots_dir if args.screenshots else None
+        problems += check_pages(args.site, shots, chromium)
+        where = (f"screenshots in {shots}" if shots
                  else "no screenshots (BOOK_SCREENSHOTS=1 takes them)")
         print(f"[browser] {n} pages in {time.perf_counter() - t1:.1f} s "
               f"with {chromium}; {where}")

@@ -9,9 +9,12 @@ BrainPy.
 The package is split along the chapter's lines; imports point one way, down this list:
 
   parameters   constants and sizes (imports nothing else of the package)
+  once         quick compiles of once-per-network programs (imports nothing of it)
   randomness   random numbers made where they live (``sharded_random``, the graphs)
   events       event-driven connectivity: a CSR per device, delivered under shard_map
-  kernels      the push delivery's CPU kernels (numba cfuncs called by XLA's FFI)
+  ffi_handlers the CPU kernels' machine code and the C API they read (imports
+               nothing of the package)
+  kernels      the push delivery's CPU kernels (registered with XLA's FFI, self-tested)
   push         the push delivery: spike indices exchanged, spiking rows visited
   peer         brainevent's CSR kernel on each device's CSR (the peer to time against)
   network      the neuron ``HH``, ``FixedInDegree``, the network ``COBAHH``, ``build``
@@ -36,6 +39,7 @@ from . import (
     kernels,
     ledger,
     network,
+    once,
     parameters,
     peer,
     plots,
@@ -122,7 +126,7 @@ __all__ = [
     "fit_bytes_per_device", "gathered_bytes", "in_degree", "isi_histogram", "isis_ms",
     "kernels",
     "ledger", "load_scaling", "local_csr", "measure_regime", "measure_size",
-    "measured_bytes", "model_bytes", "net_arrays", "network", "parameters",
+    "measured_bytes", "model_bytes", "net_arrays", "network", "once", "parameters",
     "peak_tolerance", "peer", "plot_scaling", "plots", "population_rate", "predict",
     "provenance", "push", "random_rows", "random_state", "random_state_axes",
     "randomness", "rate_hz", "regime", "regimes", "rows_capacity", "run",

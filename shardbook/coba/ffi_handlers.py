@@ -1,10 +1,13 @@
-"""The two XLA FFI handlers of :mod:`shardbook.coba.kernels`, as numba ``cfunc``\\ s.
+"""The two XLA FFI handlers of :mod:`shardbook.coba.kernels`, as numba cfuncs, and
+everything they know of XLA's C API (``xla/ffi/api/c_api.h``).
 
-Imported only by ``kernels._build`` (it imports numba).  Every function is at module
-level, so numba caches its machine code (``cache=True``: in ``__pycache__`` beside this
-file, keyed by this file and the CPU): the first process compiles them (about 2 s),
-every later one loads them.  The byte offsets and the API version they answer with are
-those of ``kernels``; this module holds no other knowledge of the C API.
+Imported only by ``kernels._build`` (it compiles them).  The handlers are at module
+level, so numba caches their machine code (``cache=True``, in ``__pycache__`` beside
+this file, or numba's user cache): the first process compiles them (about 0.8 s),
+every later one loads them (about 0.1 s).  numba knows a cache entry is stale only
+from the hash of the file it was compiled from, and freezes the globals it reads, so
+every constant they bake in lives here, in this file: change one and the cache is
+compiled again.  Where no cache location is writable they compile in every process.
 """
 from __future__ import annotations
 
@@ -14,26 +17,28 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .kernels import (
-    _BUF_DATA,
-    _BUF_DIMS,
-    _EXT_METADATA,
-    _EXT_NEXT,
-    _EXT_TYPE,
-    _EXTENSION_METADATA,
-    _FRAME_ARGS,
-    _FRAME_EXT,
-    _FRAME_RETS,
-    _FRAME_STAGE,
-    _LIST_PTRS,
-    _META_MAJOR,
-    _META_MINOR,
-    _META_TRAITS,
-    _STAGE_EXECUTE,
-    HANDLER_API_VERSION,
-)
+# The C API version whose struct layout the offsets below were checked against (jaxlib
+# 0.10.2 ships 0.3), and that the handlers answer XLA's handshake with.  On another
+# version, or a 32-bit platform, kernels registers nothing: the push delivery uses its
+# XLA path.
+API_VERSION = (0, 3)
+_MAJOR, _MINOR = API_VERSION
 
-_MAJOR, _MINOR = HANDLER_API_VERSION
+# Byte offsets in the structs of xla/ffi/api/c_api.h (x86-64 and aarch64: 8-byte
+# pointers, size_t and int64; an enum is 4 bytes, padded to 8 before a pointer).
+# XLA_FFI_CallFrame: struct_size, extension_start, api, ctx, stage, args, rets, ...
+_FRAME_EXT, _FRAME_STAGE, _FRAME_ARGS, _FRAME_RETS = 8, 32, 40, 80
+# XLA_FFI_Args / XLA_FFI_Rets: struct_size, extension_start, size, types, args/rets
+_LIST_SIZE, _LIST_PTRS = 16, 32
+# XLA_FFI_Buffer: struct_size, extension_start, dtype, data, rank, dims
+_BUF_DATA, _BUF_DIMS = 24, 40
+# XLA_FFI_Extension_Base: struct_size, type, next; the metadata extension adds a pointer
+_EXT_TYPE, _EXT_NEXT, _EXT_METADATA = 8, 16, 24
+# XLA_FFI_Metadata: struct_size, api_version {struct_size, extension_start, major,
+# minor}, traits
+_META_MAJOR, _META_MINOR, _META_TRAITS = 24, 28, 32
+_EXTENSION_METADATA = 1      # XLA_FFI_Extension_Metadata
+_STAGE_EXECUTE = 3           # XLA_FFI_ExecutionStage_EXECUTE
 
 
 @intrinsic
@@ -70,7 +75,7 @@ def _view(typingctx, addr, dtype):  # a raw address as a typed pointer
     return sig, codegen
 
 
-@numba.njit(inline="always", cache=True)
+@numba.njit(inline="always")
 def _metadata_query(frame):  # answer XLA's handshake; True if it was one
     ext = _at(frame, _FRAME_EXT)
     while ext != 0:
@@ -84,14 +89,14 @@ def _metadata_query(frame):  # answer XLA's handshake; True if it was one
     return False
 
 
-@numba.njit(inline="always", cache=True)
+@numba.njit(inline="always")
 def _array(frame, which, i, dtype):  # arg/ret i (which) of the frame, 1-d, as dtype
     buf = _at(_at(frame, which + _LIST_PTRS), 8 * i)
     n = _at(_at(buf, _BUF_DIMS), 0)
     return numba.carray(_view(_at(buf, _BUF_DATA), dtype), (n,))
 
 
-@numba.njit(inline="always", cache=True)
+@numba.njit(inline="always")
 def _executing(frame):  # not the handshake, and the execute stage
     return (not _metadata_query(frame)
             and (_at(frame, _FRAME_STAGE) & 0xFFFFFFFF) == _STAGE_EXECUTE)
@@ -99,7 +104,15 @@ def _executing(frame):  # not the handshake, and the execute stage
 
 # XLA_FFI_Error* handler(XLA_FFI_CallFrame*): both pointers travel as 64-bit integers
 # (the same registers in the x86-64 and aarch64 C ABIs); 0 is success.
-@numba.cfunc(types.int64(types.int64), nopython=True, cache=True)
+def _handler(fn):
+    sig = types.int64(types.int64)
+    try:
+        return numba.cfunc(sig, nopython=True, cache=True)(fn)
+    except RuntimeError:  # "cannot cache function": no writable cache location
+        return numba.cfunc(sig, nopython=True)(fn)
+
+
+@_handler
 def compact(frame):
     if _executing(frame):
         spikes = _array(frame, _FRAME_ARGS, 0, numba.uint8)
@@ -118,7 +131,7 @@ def compact(frame):
     return 0
 
 
-@numba.cfunc(types.int64(types.int64), nopython=True, cache=True)
+@_handler
 def push(frame):
     if _executing(frame):
         ids = _array(frame, _FRAME_ARGS, 0, numba.int32)

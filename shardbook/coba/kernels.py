@@ -11,8 +11,9 @@ Here the same idea goes one step further: each kernel is a numba ``cfunc`` that 
 an XLA typed-FFI handler (``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)``, the C API
 in ``xla/ffi/api/c_api.h``, shipped with jaxlib under ``jax.ffi.include_dir()``).
 XLA calls machine code directly: no Python, no GIL, about 0.1 us per call.  The
-handler reads its buffers from the call frame (byte offsets below, from that header)
-and answers XLA's metadata query with the header's API version.
+handler reads its buffers from the call frame (byte offsets from that header) and
+answers XLA's metadata query with the API version those offsets were checked against;
+they live in :mod:`shardbook.coba.ffi_handlers`, whose machine code numba caches.
 
 Two kernels, both exact and bounded by what happened, not by a capacity:
 
@@ -35,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["available", "why_not", "compact", "push", "api_version", "KernelError",
-           "TESTED_API_VERSIONS"]
+           "version_problem"]
 
 
 class KernelError(RuntimeError):
@@ -53,38 +54,26 @@ def api_version() -> tuple[int, int]:
     return major, minor
 
 
-# Byte offsets in the structs of xla/ffi/api/c_api.h (x86-64 and aarch64: 8-byte
-# pointers, size_t and int64; an enum is 4 bytes, padded to 8 before a pointer).
-# XLA_FFI_CallFrame: struct_size, extension_start, api, ctx, stage, args, rets, ...
-_FRAME_EXT, _FRAME_STAGE, _FRAME_ARGS, _FRAME_RETS = 8, 32, 40, 80
-# XLA_FFI_Args / XLA_FFI_Rets: struct_size, extension_start, size, types, args/rets
-_LIST_SIZE, _LIST_PTRS = 16, 32
-# XLA_FFI_Buffer: struct_size, extension_start, dtype, data, rank, dims
-_BUF_DATA, _BUF_DIMS = 24, 40
-# XLA_FFI_Extension_Base: struct_size, type, next; the metadata extension adds a pointer
-_EXT_TYPE, _EXT_NEXT, _EXT_METADATA = 8, 16, 24
-# XLA_FFI_Metadata: struct_size, api_version {struct_size, extension_start, major,
-# minor}, traits
-_META_MAJOR, _META_MINOR, _META_TRAITS = 24, 28, 32
-_EXTENSION_METADATA = 1      # XLA_FFI_Extension_Metadata
-_STAGE_EXECUTE = 3           # XLA_FFI_ExecutionStage_EXECUTE
-
 _STATE: dict = {}
 
 
 def _build():
-    """The two handlers, compiled by numba (``ffi_handlers``, cached on disk)."""
+    """The two handlers, compiled by numba (``ffi_handlers``, cached on disk), and the
+    C API version they answer XLA's handshake with."""
     from . import ffi_handlers
 
-    return {"compact": ffi_handlers.compact, "push": ffi_handlers.push}
+    return ({"compact": ffi_handlers.compact, "push": ffi_handlers.push},
+            ffi_handlers.API_VERSION)
 
 
-# The C API version whose struct layout the offsets above were checked against (jaxlib
-# 0.10.2 ships 0.3), and that the handlers answer XLA's handshake with (a constant of
-# their cached machine code).  Another version, or a 32-bit platform, uses the XLA
-# path instead.
-HANDLER_API_VERSION = (0, 3)
-TESTED_API_VERSIONS = {HANDLER_API_VERSION}
+def version_problem(tested: tuple[int, int]) -> str | None:
+    """Why handlers checked against C API ``tested`` must not be registered with this
+    jaxlib (``None``: they may)."""
+    if api_version() == tuple(tested):
+        return None
+    return (f"XLA FFI C API {api_version()} is not the one whose layout these "
+            f"kernels were checked against ({tuple(tested)}): the push delivery uses "
+            "its XLA path")
 
 
 def _register() -> bool:
@@ -93,14 +82,11 @@ def _register() -> bool:
     if ctypes.sizeof(ctypes.c_void_p) != 8:
         _STATE["error"] = "the call-frame offsets assume 64-bit pointers"
         return False
-    if api_version() not in TESTED_API_VERSIONS:
-        _STATE["error"] = (
-            f"XLA FFI C API {api_version()} is not one whose layout these "
-            f"kernels were checked against ({sorted(TESTED_API_VERSIONS)})"
-        )
-        return False
     try:
-        funcs = _build()
+        funcs, tested = _build()
+        _STATE["error"] = version_problem(tested)
+        if _STATE["error"]:
+            return False
         for name, fn in funcs.items():
             capsule = jax.ffi.pycapsule(ctypes.cast(fn.address, ctypes.c_void_p).value)
             jax.ffi.register_ffi_target(

@@ -3,16 +3,21 @@
 A builder runs once, so its compile time is most of its cost.  On XLA:CPU, skipping
 LLVM's optimisations (``xla_backend_optimization_level=0``, an XLA debug option passed
 as a compiler option of ``Lowered.compile``) halves the compile time of a small
-program and changes no result: these programs compute integers and random bits, and
-the same program is compiled the same way on every mesh.  A large one (inputs or
-outputs of ``QUICK_LIMIT`` elements or more: its work grows with them) runs longer
-than it compiles, so it keeps them, as does every program on another platform.
+program.  Integer results (graphs, counts, hashes) do not change.  Float results may
+differ in their last bits from an optimised compile (the normal draws of the initial
+state do, and were compiled this way from the start): the choice depends only on the
+program's global shapes, so every mesh and every process makes the same one, and a
+network is the same network on any of them.  A large program (inputs, outputs or
+``work`` of ``QUICK_LIMIT`` elements or more) runs longer than it compiles, so it keeps
+LLVM's optimisations, as does every program on another platform.
 """
 from __future__ import annotations
 
 import math
 
 import jax
+
+__all__ = ["QUICK_LIMIT", "compile_once", "once_jit"]
 
 QUICK_LIMIT = 2_000_000  # elements in or out from which a program is compiled optimised
 
@@ -38,6 +43,8 @@ class once_jit:
         self.compiled: dict = {}
 
     def __call__(self, *args):
+        if any(isinstance(a, jax.core.Tracer) for a in args):
+            return self.jitted(*args)  # inside a trace: inlined, like jax.jit
         key = tuple((jax.numpy.shape(a), jax.numpy.result_type(a),
                      getattr(a, "sharding", None)) for a in args)
         if key not in self.compiled:

@@ -1,0 +1,98 @@
+"""Quick compiles of once-per-network programs (``coba.once``), and the cached CPU
+kernels (``coba.kernels``, their handlers in ``shardbook/coba/ffi_handlers.py``)."""
+
+import ast
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from shardbook import book
+
+coba = book.coba
+once = coba.once
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _graph(x):  # an integer program, like the builders: counts and a hash
+    return jnp.cumsum(x % 7, dtype=jnp.int32), jnp.sum(x * 40503, dtype=jnp.int32)
+
+
+def test_once_jit_gives_jits_integers_for_every_kind_of_input():
+    x = np.arange(4 * 1000, dtype=np.int32)
+    mesh = jax.sharding.Mesh(np.array(book.devices()[:4]), ("neuron",))
+    inputs = {
+        "numpy": x,
+        "uncommitted": jnp.asarray(x),
+        "sharded": jax.device_put(x, NamedSharding(mesh, P("neuron"))),
+    }
+    quick = once.once_jit(_graph)
+    for name, arg in inputs.items():
+        got, want = quick(arg), jax.jit(_graph)(arg)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
+    assert len(quick.compiled) == 3  # one program per kind of input
+
+
+def test_once_jit_inside_a_trace_is_inlined():
+    quick = once.once_jit(_graph)
+    x = np.arange(64, dtype=np.int32)
+    got = jax.jit(lambda v: quick(v)[1])(x)
+    assert int(got) == int(_graph(x)[1]) and not quick.compiled
+
+
+class _Recorder:
+    """A lowered program's shapes, recording what it is compiled with."""
+
+    def __init__(self, lowered):
+        self.args_info, self.out_info, self.options = (
+            lowered.args_info, lowered.out_info, [])
+
+    def compile(self, options=None):
+        self.options.append(options)
+
+
+def _options(n, work=0):
+    rec = _Recorder(jax.jit(_graph).lower(jax.ShapeDtypeStruct((n,), jnp.int32)))
+    once.compile_once(rec, work=work)
+    return rec.options[0]
+
+
+def test_compile_once_skips_llvms_optimisations_only_for_a_small_program():
+    quick = {"xla_backend_optimization_level": 0}
+    assert jax.default_backend() == "cpu"
+    assert _options(1000) == quick
+    assert _options(once.QUICK_LIMIT) is None  # as large as the limit: optimised
+    assert _options(1000, work=once.QUICK_LIMIT) is None  # a large draw, small output
+
+
+def test_a_quick_compile_gives_the_optimised_compiles_integers():
+    x = np.arange(5000, dtype=np.int32)
+    lowered = jax.jit(_graph).lower(x)
+    for got, want in zip(once.compile_once(lowered)(x), lowered.compile()(x)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_the_handlers_answer_with_the_tested_c_api_version():
+    # on this jaxlib the kernels register (the handlers' version is the header's) ...
+    assert coba.kernels.available(), coba.kernels.why_not()
+    assert coba.kernels.version_problem(coba.kernels.api_version()) is None
+    # ... and handlers checked against another version would not be registered
+    problem = coba.kernels.version_problem((0, 99))
+    assert "(0, 99)" in problem and str(coba.kernels.api_version()) in problem
+
+
+def test_every_constant_the_cached_handlers_bake_in_is_in_their_own_file():
+    """numba knows a cached cfunc is stale only from its own file's hash: a constant
+    imported from another module would survive a change there."""
+    tree = ast.parse((ROOT / "shardbook/coba/ffi_handlers.py").read_text())
+    imported = {
+        (node.module or "") if isinstance(node, ast.ImportFrom) else a.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for a in node.names
+    }
+    relative = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level]
+    assert not relative and not any(m.startswith("shardbook") for m in imported)
