@@ -205,8 +205,9 @@ def temporaries_bound(p: TrainBytes, compiler: str,
     ``slack * (kept_temporaries + extra * P + gathered) + small_buffers``: the kept
     temporaries (:func:`kept_temporaries`), the gradient-sized buffers of donation,
     accumulation and bf16 weights (``extra``), FSDP's gathered weights, with the
-    constants of the ``"train.temporaries"`` entry for that compiler (or
-    ``constants``, the same keys: a test plants a changed one).  Raises
+    constants of the ``"train.temporaries"`` entry for that compiler.  ``constants``
+    (the same keys: a test plants a changed one) replaces the entry's, and then
+    ``compiler`` is not read.  Raises
     ``shardbook.expect.ExpectationMissing`` when the table has none.
     """
     from . import expect
@@ -230,7 +231,8 @@ def kept_temporaries(p: TrainBytes, compiler: str = "cpu",
     """The temporaries of ``p`` that grow with the per-device batch and the split: the
     saved activations (float32 copies of bf16 ones included) and the gathered state's
     buffers, without the bound's slack or its fixed buffers.  The premise of the
-    ``rnn.train.memory`` entry: it holds where these stay below P (``kept=``)."""
+    ``rnn.train.memory`` entry: it holds where these stay below P (``kept=``).
+    ``constants`` replaces the entry's, as in :func:`temporaries_bound`."""
     from . import expect
 
     c = expect.parameters(EXPECTATION, compiler) if constants is None else constants
