@@ -16,8 +16,8 @@ Two checks, both offline:
   the output limit of ci/check_notebooks.py).
   The search page must find "sharding".  With ``--screenshots``, or
   BOOK_SCREENSHOTS=1 in the environment (the GitHub workflow, which keeps them), a
-  screenshot of each page at 1400 px goes to ``--screenshots-dir`` (default
-  _build/screenshots/): a picture for people, no check, and 40 % of the browser
+  screenshot of each page at 1400 px goes to _build/screenshots/ (or
+  ``--screenshots-dir DIR``): a picture for people, no check, and 40 % of the browser
   test's time, so ./ci/test alone takes none.
 
 Requests to other hosts (MathJax, Thebe from a CDN) are blocked, as CI has no network;
@@ -367,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
                     default=os.environ.get("BOOK_SCREENSHOTS") == "1",
                     help="keep a screenshot of every page (also BOOK_SCREENSHOTS=1)")
     ap.add_argument("--screenshots-dir", type=Path,
-                    default=ROOT / "_build" / "screenshots")
+                    help="where they go (implies --screenshots; default "
+                    "_build/screenshots)")
     ap.add_argument("--links-only", action="store_true", help="skip the browser")
     ap.add_argument("--self-test", action="store_true",
                     help="only check that planted bugs are caught")
@@ -399,10 +400,11 @@ def main(argv: list[str] | None = None) -> int:
             print("[browser] no Chromium found: run ci/browser, which installs it")
             return 2
         t1 = time.perf_counter()
-        shots = args.screenshots_dir if args.screenshots else None
+        shots = args.screenshots_dir or (
+            ROOT / "_build" / "screenshots" if args.screenshots else None)
         problems += check_pages(args.site, shots, chromium)
         where = (f"screenshots in {shots}" if shots
-                 else "no screenshots (BOOK_SCREENSHOTS=1 takes them)")
+                 else "no screenshots (--screenshots or BOOK_SCREENSHOTS=1)")
         print(f"[browser] {n} pages in {time.perf_counter() - t1:.1f} s "
               f"with {chromium}; {where}")
     for p in problems:

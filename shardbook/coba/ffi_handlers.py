@@ -108,7 +108,9 @@ def _handler(fn):
     sig = types.int64(types.int64)
     try:
         return numba.cfunc(sig, nopython=True, cache=True)(fn)
-    except RuntimeError:  # "cannot cache function": no writable cache location
+    except RuntimeError as err:  # no writable cache location: compile uncached
+        if "cannot cache function" not in str(err):
+            raise
         return numba.cfunc(sig, nopython=True)(fn)
 
 

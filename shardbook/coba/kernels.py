@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["available", "why_not", "compact", "push", "api_version", "KernelError",
-           "version_problem"]
+           "build_handlers", "register", "version_problem"]
 
 
 class KernelError(RuntimeError):
@@ -49,17 +49,19 @@ def api_version() -> tuple[int, int]:
 
     header = Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
     text = header.read_text()
-    major = int(re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text).group(1))
-    minor = int(re.search(r"#define XLA_FFI_API_MINOR (\d+)", text).group(1))
-    return major, minor
+    found = [re.search(rf"#define XLA_FFI_API_{part} (\d+)", text)
+             for part in ("MAJOR", "MINOR")]
+    if None in found:
+        raise KernelError(f"{header} defines no XLA_FFI_API_MAJOR/MINOR")
+    return int(found[0].group(1)), int(found[1].group(1))
 
 
 _STATE: dict = {}
 
 
-def _build():
+def build_handlers():
     """The two handlers, compiled by numba (``ffi_handlers``, cached on disk), and the
-    C API version they answer XLA's handshake with."""
+    C API version they answer XLA's handshake with: ``({name: cfunc}, version)``."""
     from . import ffi_handlers
 
     return ({"compact": ffi_handlers.compact, "push": ffi_handlers.push},
@@ -76,17 +78,19 @@ def version_problem(tested: tuple[int, int]) -> str | None:
             "its XLA path")
 
 
-def _register() -> bool:
+def register() -> str | None:
+    """Build the handlers, register them with XLA and self-test them; ``None`` when
+    that worked, else why not (nothing is registered on a mismatching C API).
+    :func:`available` calls it once; call it yourself only to see it again."""
     import jax
 
     if ctypes.sizeof(ctypes.c_void_p) != 8:
-        _STATE["error"] = "the call-frame offsets assume 64-bit pointers"
-        return False
+        return "the call-frame offsets assume 64-bit pointers"
     try:
-        funcs, tested = _build()
-        _STATE["error"] = version_problem(tested)
-        if _STATE["error"]:
-            return False
+        funcs, tested = build_handlers()
+        problem = version_problem(tested)
+        if problem:
+            return problem
         for name, fn in funcs.items():
             capsule = jax.ffi.pycapsule(ctypes.cast(fn.address, ctypes.c_void_p).value)
             jax.ffi.register_ffi_target(
@@ -94,10 +98,9 @@ def _register() -> bool:
             )
         _STATE["funcs"] = funcs  # keep the machine code alive while XLA may call it
         _self_test()
-        return True
+        return None
     except Exception as err:  # a numba or jaxlib this layout does not fit
-        _STATE["error"] = f"{type(err).__name__}: {err}"
-        return False
+        return f"{type(err).__name__}: {err}"
 
 
 def _self_test():
@@ -134,13 +137,15 @@ def available() -> bool:
     """True when the CPU kernels are registered with XLA and passed their self-test."""
     if "ok" not in _STATE:
         _STATE["ok"] = False  # no recursion from the self-test
-        _STATE["ok"] = _register()
+        _STATE["error"] = "registering (the self-test runs)"
+        _STATE["error"] = register()
+        _STATE["ok"] = _STATE["error"] is None
     return _STATE["ok"]
 
 
 def why_not() -> str | None:
     """Why :func:`available` is False (``None`` when it is True)."""
-    return None if available() else _STATE.get("error", "not registered")
+    return None if available() else _STATE.get("error") or "not registered"
 
 
 def compact(spikes, capacity: int):

@@ -43,7 +43,7 @@ class once_jit:
         self.compiled: dict = {}
 
     def __call__(self, *args):
-        if any(isinstance(a, jax.core.Tracer) for a in args):
+        if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(args)):
             return self.jitted(*args)  # inside a trace: inlined, like jax.jit
         key = tuple((jax.numpy.shape(a), jax.numpy.result_type(a),
                      getattr(a, "sharding", None)) for a in args)
