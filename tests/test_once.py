@@ -33,8 +33,8 @@ def test_once_jit_gives_jits_integers_for_every_kind_of_input():
         got, want = quick(arg), jax.jit(_graph)(arg)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
-    sharded = inputs["sharded"].sharding
-    assert any(sharded in [k[2] for k in key] for key in quick.compiled)  # its own
+    sharded = ((x.shape, x.dtype, inputs["sharded"].sharding),)
+    assert sharded in quick.compiled  # a program of its own for the sharded input
 
 
 def test_once_jit_inside_a_trace_is_inlined():
@@ -79,9 +79,11 @@ def test_compile_once_skips_llvms_optimisations_only_for_a_small_program():
 
 
 def test_a_quick_compile_gives_the_optimised_compiles_integers():
+    """once.py's premise, about XLA: the same integers at either level."""
     x = np.arange(5000, dtype=np.int32)
     lowered = jax.jit(_graph).lower(x)
-    for got, want in zip(once.compile_once(lowered)(x), lowered.compile()(x)):
+    quick = lowered.compile({"xla_backend_optimization_level": 0})
+    for got, want in zip(quick(x), lowered.compile()(x)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
