@@ -42,8 +42,8 @@ from . import child, private
 from .config import config
 
 __all__ = ["LOOPBACK", "DEFAULTS", "COBA_DEFAULTS", "start_runtime", "shard_report",
-           "worker", "rnn_part", "coba_part", "coba_networks_part", "free_port",
-           "child_env", "Launch", "start", "launch", "main"]
+           "worker", "rnn_part", "coba_part", "coba_networks_part", "skip_chunks",
+           "free_port", "child_env", "Launch", "start", "launch", "main"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -271,13 +271,27 @@ def coba_part(cfg: dict) -> dict:
 # endregion
 
 
+def skip_chunks(spec: dict) -> int:
+    """How many ``window``-step runs make the ``skip`` steps of a ``coba_nets`` entry.
+
+    The skipped steps run the window's own program (its records dropped), so that each
+    network compiles one step program, not two; the one-process reference of a test
+    runs them the same way.  ``skip`` must be a multiple of ``window``."""
+    skip, window = spec.get("skip", 0), spec["window"]
+    if skip % window:
+        raise ValueError(f"coba_nets entry {spec.get('name')!r}: skip={skip} is not a "
+                         f"multiple of window={window}; make it one")
+    return skip // window
+
+
 def coba_networks_part(cfg: dict) -> dict:
     """Chapter 4's networks, any graph, delivery and start, across every process.
 
     For each entry of ``cfg["coba_nets"]``: build it on all devices of all processes
     (each process makes only its own devices' part of the graph), read its in-degrees
-    and connectivity fingerprint from those parts, run ``skip`` steps recording nothing,
-    then ``window`` steps recording spikes and V, which every process gathers and saves
+    and connectivity fingerprint from those parts, run ``skip`` steps (in chunks of
+    ``window``, whose records are dropped: see :func:`skip_chunks`), then ``window``
+    steps recording spikes and V, which every process gathers and saves
     as ``<name>_p<process>_{spike,V}.npy``; with ``checkpoint``, save an Orbax
     checkpoint into ``<out_dir>/<name>_ckpt`` (every process writes its shards) and run
     ``after`` steps more, saved as ``<name>_after_p<process>_*.npy``.  With
@@ -305,10 +319,8 @@ def coba_networks_part(cfg: dict) -> dict:
             build["seed"] = build.get("seed", 0) + 1   # process draws another network
         net = coba.build(jax.devices(), **build)
         sim = coba.Simulation(net, record=("spike", "V"))
-        if spec.get("skip"):
-            quiet = coba.Simulation(net, record=())
-            quiet.run(spec["skip"])
-            sim.t = quiet.t
+        for _ in range(skip_chunks(spec)):   # the window's program, its output dropped:
+            sim.run(spec["window"])          # one compile per network, not two
         save(name, sim.run(spec["window"]), net)
         reports[name] = dict(
             fingerprint=connectivity.fingerprint(net),

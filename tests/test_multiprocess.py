@@ -70,6 +70,13 @@ GRAPHS = [
 SHIFTED = dict(GRAPHS[1], name="rows-shifted", shift_process=1, checkpoint=False)
 
 
+def test_skipped_steps_are_whole_windows():
+    assert [mp.skip_chunks(g) for g in GRAPHS] == [10, 10]
+    assert mp.skip_chunks(dict(window=50)) == 0
+    with pytest.raises(ValueError, match="skip=120 is not a multiple of window=50"):
+        mp.skip_chunks(dict(name="x", skip=120, window=50))
+
+
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     """One launch, 2 processes x 2 devices, for every test of this file that needs
@@ -263,16 +270,17 @@ _REFS = {}
 
 def _window(spec):
     """The network of ``spec`` on 1 process x 4 devices, and what every process saved
-    of it, run here: ``skip`` steps recording nothing, then ``window`` steps of spikes
-    and V (coba_networks_part).  Built and run once per build: SHIFTED shares "rows"."""
+    of it, run here: ``skip`` steps, then ``window`` steps of spikes and V
+    (coba_networks_part).  Built and run once per build: SHIFTED shares "rows"."""
     from shardbook import book
 
     key = json.dumps([spec["build"], spec["skip"], spec["window"]], sort_keys=True)
     if key not in _REFS:
         net = book.coba.build(book.devices()[:4], **spec["build"])
-        book.coba.Simulation(net, record=()).run(spec["skip"])
         sim = book.coba.Simulation(net, record=("spike", "V"))
-        sim.t = spec["skip"]
+        for _ in range(mp.skip_chunks(spec)):  # as the workers skip
+            sim.run(spec["window"])
+        assert sim.t == spec["skip"]
         _REFS[key] = net, _both(sim.run(spec["window"]), net)
     return _REFS[key]
 

@@ -63,8 +63,12 @@ def _options(fn, *shapes, work=0):
 
 
 def test_compile_once_skips_llvms_optimisations_only_for_a_small_program():
-    quick, limit = {"xla_backend_optimization_level": 0}, once.QUICK_LIMIT
+    quick, limit = once.QUICK_OPTIONS, once.QUICK_LIMIT
     assert jax.default_backend() == "cpu"
+    assert quick == {  # what once.py's docstring says, and what was measured
+        "xla_backend_optimization_level": 0,
+        "xla_cpu_use_fusion_emitters": False,
+    }
 
     def plus(x):
         return x + 1
@@ -79,12 +83,40 @@ def test_compile_once_skips_llvms_optimisations_only_for_a_small_program():
 
 
 def test_a_quick_compile_gives_the_optimised_compiles_integers():
-    """once.py's premise, about XLA: the same integers at either level."""
+    """once.py's premise, about XLA: the same integers with or without the options."""
     x = np.arange(5000, dtype=np.int32)
     lowered = jax.jit(_graph).lower(x)
-    quick = lowered.compile({"xla_backend_optimization_level": 0})
+    quick = lowered.compile(dict(once.QUICK_OPTIONS))
     for got, want in zip(quick(x), lowered.compile()(x)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_the_older_fusion_emitter_changes_no_bit_of_the_initial_state():
+    """The initial-state draws (floats) were quick-compiled at level 0 before the
+    second option came: with it, every bit is the same, split or not, so no network
+    changed.  (Checked on one generator here; the stored rasters of every chapter,
+    strict nbval, are the wider check.)"""
+    level0 = {"xla_backend_optimization_level": 0}
+    assert {**level0, "xla_cpu_use_fusion_emitters": False} == once.QUICK_OPTIONS
+    rs = coba.randomness
+    pops, projs = (("E", 336), ("I", 84)), (("EE", 8, 336, 336), ("IE", 2, 84, 336))
+    key = jax.random.PRNGKey(7)
+    for devices in (book.devices()[:1], book.devices()[:4]):
+        mesh = jax.sharding.Mesh(np.array(devices), ("neuron",))
+        axes = rs.random_state_axes(pops, projs, "random")
+        shardings = {
+            k: NamedSharding(mesh, P(*[None if a is None else "neuron" for a in v]))
+            for k, v in axes.items()
+        }
+        with jax.threefry_partitionable(True):
+            lowered = jax.jit(
+                rs.random_state, static_argnums=(1, 2, 3), out_shardings=shardings
+            ).lower(key, pops, projs, "random")
+        a, b = lowered.compile(level0)(key), lowered.compile(once.QUICK_OPTIONS)(key)
+        assert a.keys() == b.keys() and any(v.dtype == jnp.float32 for v in a.values())
+        for k in a:
+            want, got = np.asarray(a[k]), np.asarray(b[k])
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def test_the_handlers_answer_with_the_tested_c_api_version():

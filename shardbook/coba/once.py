@@ -1,12 +1,16 @@
 """Programs that run once per network (graph builders, summaries), compiled quickly.
 
-A builder runs once, so its compile time is most of its cost.  On XLA:CPU, skipping
-LLVM's optimisations (``xla_backend_optimization_level=0``, an XLA debug option passed
-as a compiler option of ``Lowered.compile``) shortens the compile time of a small
-program by a third to a half (measured on this book's builders and generators).
+A builder runs once, so its compile time is most of its cost.  On XLA:CPU,
+``QUICK_OPTIONS`` (XLA debug options, passed as compiler options of
+``Lowered.compile``) skip LLVM's optimisations (``xla_backend_optimization_level=0``)
+and emit fusions with XLA:CPU's older elemental emitter instead of its MLIR fusion
+emitters (``xla_cpu_use_fusion_emitters=False``), whose MLIR pipeline is most of what
+is left of an unoptimised compile.  Measured on this book's builders and generators:
+a third to a half off for the first option, about a third of the rest for the second.
 Integer results (graphs, counts, hashes) do not change.  Float results may
 differ in their last bits from an optimised compile (the normal draws of the initial
-state do, and were compiled this way from the start): the choice depends only on the
+state do, and were compiled this way from the start; the second option did not change
+one of their bits, tests/test_once.py): the choice depends only on the
 program's global shapes, so every mesh and every process makes the same one, and a
 network is the same network on any of them.  A large program (inputs, outputs or
 ``work`` of ``QUICK_LIMIT`` elements or more) runs longer than it compiles, so it keeps
@@ -18,20 +22,24 @@ import math
 
 import jax
 
-__all__ = ["QUICK_LIMIT", "compile_once", "once_jit"]
+__all__ = ["QUICK_LIMIT", "QUICK_OPTIONS", "compile_once", "once_jit"]
 
 QUICK_LIMIT = 2_000_000  # elements in or out from which a program is compiled optimised
+QUICK_OPTIONS = {  # XLA:CPU debug options of a quick compile (see above)
+    "xla_backend_optimization_level": 0,
+    "xla_cpu_use_fusion_emitters": False,
+}
 
 
 def compile_once(lowered: jax.stages.Lowered, work: int = 0) -> jax.stages.Compiled:
-    """``lowered.compile()``, without LLVM's optimisations where that is quicker.
+    """``lowered.compile()``, with ``QUICK_OPTIONS`` where that is quicker.
 
     ``work``: elements the program goes through where that is more than its inputs
     and outputs hold (a draw that it reduces)."""
     size = max(work, *(sum(math.prod(x.shape) for x in jax.tree.leaves(info))
                        for info in (lowered.args_info, lowered.out_info)))
     if jax.default_backend() == "cpu" and size < QUICK_LIMIT:
-        return lowered.compile({"xla_backend_optimization_level": 0})
+        return lowered.compile(dict(QUICK_OPTIONS))
     return lowered.compile()
 
 
