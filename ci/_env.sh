@@ -27,11 +27,12 @@ ensure_env() {
     export PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1 TF_CPP_MIN_LOG_LEVEL=2
     return
   fi
+  # the .pyc of a module is written by the first process that imports it (see below)
+  unset PYTHONDONTWRITEBYTECODE
   # BOOK_EXTRA_REQUIREMENTS: another pinned file installed on top (./ci/test --gpu uses ci/requirements-gpu.txt)
   [[ -n "${BOOK_EXTRA_REQUIREMENTS:-}" ]] && extra=(-r "$BOOK_EXTRA_REQUIREMENTS")
-  # the recipe's tag too: a .venv installed without .pyc files (before uv compiled them)
-  # is made again, once
-  want="$({ cat requirements.txt pyproject.toml ${BOOK_EXTRA_REQUIREMENTS:-}; echo uv-compile-bytecode; } | sha256sum | cut -c1-16)"
+  # the recipe's tag too: a .venv of an older recipe is made again, once
+  want="$({ cat requirements.txt pyproject.toml ${BOOK_EXTRA_REQUIREMENTS:-}; echo uv-lazy-bytecode; } | sha256sum | cut -c1-16)"
   stamp="$VENV/.book-stamp"
   if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "[env] reusing $(realpath --relative-to="$ROOT" "$VENV" 2>/dev/null || echo "$VENV") (requirements unchanged)"
@@ -44,17 +45,18 @@ PY
     "$PY_BOOT" -m venv "$VENV"
     pip_step "upgrading pip" --upgrade pip
     # uv (pinned in requirements.txt) installs the same pins as pip, faster (parallel
-    # downloads and bytecode compiles: 47 s where pip takes 100 s on a 2-core machine
-    # with an empty cache). Where uv cannot be had, pip does it. --compile-bytecode
-    # matters: without .pyc files, and with PYTHONDONTWRITEBYTECODE set (as on this
-    # sandbox's machines), every process compiles brainpy's imports from source again,
-    # 12.5 s against 4 s per `import brainpy`; a fresh clone's ./ci/test took 1177 s
-    # without them and 856 s with them.
+    # downloads: where pip takes 100 s on a 2-core machine with an empty cache). Where
+    # uv cannot be had, pip does it. No --compile-bytecode: it compiled every module
+    # of every package, 18 s on 2 cores before any test could start, most of them
+    # never imported. Instead Python writes the .pyc of what is imported, once, when
+    # it is first imported (PYTHONDONTWRITEBYTECODE is unset below: with it set, as
+    # on this sandbox's machines, and no .pyc, every process compiled brainpy's
+    # imports from source again, 12.5 s against 4 s per `import brainpy`).
     local uv_pin
     uv_pin="$(grep -m1 '^uv==' requirements.txt || true)"
     if [[ -n "$uv_pin" ]] && "$VENV/bin/python" -m pip install -q \
         --disable-pip-version-check "$uv_pin" >/dev/null 2>&1 \
-        && "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" \
+        && "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" \
           -r requirements.txt "${extra[@]}"; then
       echo "[env] installed requirements.txt${extra[*]:+ and $BOOK_EXTRA_REQUIREMENTS} with $uv_pin"
     else
