@@ -27,7 +27,9 @@ ensure_env() {
     export PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1 TF_CPP_MIN_LOG_LEVEL=2
     return
   fi
-  # the .pyc of a module is written by the first process that imports it (see below)
+  # (the venv's processes only) Python writes the .pyc of a module it imports and finds
+  # none of (two processes that import it at once both compile it; the write is
+  # atomic); see the install below
   unset PYTHONDONTWRITEBYTECODE
   # BOOK_EXTRA_REQUIREMENTS: another pinned file installed on top (./ci/test --gpu uses ci/requirements-gpu.txt)
   [[ -n "${BOOK_EXTRA_REQUIREMENTS:-}" ]] && extra=(-r "$BOOK_EXTRA_REQUIREMENTS")
@@ -44,14 +46,15 @@ PY
     local t0=$SECONDS
     "$PY_BOOT" -m venv "$VENV"
     pip_step "upgrading pip" --upgrade pip
-    # uv (pinned in requirements.txt) installs the same pins as pip, faster (parallel
-    # downloads: where pip takes 100 s on a 2-core machine with an empty cache). Where
-    # uv cannot be had, pip does it. No --compile-bytecode: it compiled every module
-    # of every package, 18 s on 2 cores before any test could start, most of them
-    # never imported. Instead Python writes the .pyc of what is imported, once, when
-    # it is first imported (PYTHONDONTWRITEBYTECODE is unset below: with it set, as
-    # on this sandbox's machines, and no .pyc, every process compiled brainpy's
-    # imports from source again, 12.5 s against 4 s per `import brainpy`).
+    # uv (pinned in requirements.txt) installs the same pins as pip, faster: it
+    # downloads in parallel (pip took 100 s on a 2-core machine with an empty cache).
+    # Where uv cannot be had, pip does it. No --compile-bytecode: it compiled every
+    # module of every package, 18 s of the 2 cores before any test could start, most
+    # of them never imported (22 s in all without it, on a warm uv cache). Python
+    # writes the .pyc of what is imported instead: PYTHONDONTWRITEBYTECODE is unset
+    # above, because with it set (as on this sandbox's machines) and no .pyc, every
+    # process compiled brainpy's imports from source again, 12.5 s against 4 s per
+    # `import brainpy`. The import check below writes the first ones.
     local uv_pin
     uv_pin="$(grep -m1 '^uv==' requirements.txt || true)"
     if [[ -n "$uv_pin" ]] && "$VENV/bin/python" -m pip install -q \

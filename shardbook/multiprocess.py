@@ -277,7 +277,10 @@ def skip_chunks(spec: dict) -> int:
     The skipped steps run the window's own program (its records dropped), so that each
     network compiles one step program, not two; the one-process reference of a test
     runs them the same way.  ``skip`` must be a multiple of ``window``."""
-    skip, window = spec.get("skip", 0), spec["window"]
+    skip, window = spec.get("skip", 0), spec.get("window", 0)
+    if window < 1:
+        raise ValueError(f"coba_nets entry {spec.get('name')!r}: window={window}; "
+                         "record at least one step")
     if skip % window:
         raise ValueError(f"coba_nets entry {spec.get('name')!r}: skip={skip} is not a "
                          f"multiple of window={window}; make it one")
@@ -383,6 +386,8 @@ def start(num_processes: int = 2, devices_per_process: int = 4, timeout_s: float
     """
     port = free_port()
     task = {**config("ch5a", num_processes * devices_per_process).asdict(), **task}
+    for spec in task.get("coba_nets", ()):   # a bad entry fails here, not in a worker
+        skip_chunks(spec)
     args = ["--num-processes", num_processes, "--port", port,
             "--devices-per-process", devices_per_process, "--task", json.dumps(task)]
     procs = []

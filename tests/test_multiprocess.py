@@ -70,11 +70,18 @@ GRAPHS = [
 SHIFTED = dict(GRAPHS[1], name="rows-shifted", shift_process=1, checkpoint=False)
 
 
-def test_skipped_steps_are_whole_windows():
+def test_skipped_steps_are_whole_windows(monkeypatch):
     assert [mp.skip_chunks(g) for g in GRAPHS] == [10, 10]
     assert mp.skip_chunks(dict(window=50)) == 0
     with pytest.raises(ValueError, match="skip=120 is not a multiple of window=50"):
         mp.skip_chunks(dict(name="x", skip=120, window=50))
+    with pytest.raises(ValueError, match="window=0; record at least one step"):
+        mp.skip_chunks(dict(name="x", skip=100, window=0))
+    started = []
+    monkeypatch.setattr(book.child, "start", lambda *a, **k: started.append(a))
+    with pytest.raises(ValueError, match="'late'"):  # before any worker starts
+        mp.start(coba_nets=[dict(name="late", skip=75, window=50)])
+    assert not started
 
 
 @pytest.fixture(scope="module")

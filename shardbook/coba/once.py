@@ -2,15 +2,17 @@
 
 A builder runs once, so its compile time is most of its cost.  On XLA:CPU,
 ``QUICK_OPTIONS`` (XLA debug options, passed as compiler options of
-``Lowered.compile``) skip LLVM's optimisations (``xla_backend_optimization_level=0``)
-and emit fusions with XLA:CPU's older elemental emitter instead of its MLIR fusion
-emitters (``xla_cpu_use_fusion_emitters=False``), whose MLIR pipeline is most of what
-is left of an unoptimised compile.  Measured on this book's builders and generators:
-a third to a half off for the first option, about a third of the rest for the second.
+``Lowered.compile``) skip LLVM's optimisations (``xla_backend_optimization_level=0``:
+a third to a half off the compile, measured on this book's builders and generators),
+and emit the fusions with XLA:CPU's older elemental IR emitter instead of its MLIR
+fusion emitters (``xla_cpu_use_fusion_emitters=False``: a third to a half of what is
+left, measured on the initial-state generator).  The second option also changes the
+optimised HLO a little: a lone instruction is no longer wrapped in a fusion of its own.
 Integer results (graphs, counts, hashes) do not change.  Float results may
 differ in their last bits from an optimised compile (the normal draws of the initial
-state do, and were compiled this way from the start; the second option did not change
-one of their bits, tests/test_once.py): the choice depends only on the
+state do, and were compiled at level 0 from the start; adding the second option
+changed none of their bits, on 1, 3 and 8 devices when it was made, and on 1 and 4 in
+tests/test_once.py): the choice depends only on the
 program's global shapes, so every mesh and every process makes the same one, and a
 network is the same network on any of them.  A large program (inputs, outputs or
 ``work`` of ``QUICK_LIMIT`` elements or more) runs longer than it compiles, so it keeps
@@ -39,7 +41,7 @@ def compile_once(lowered: jax.stages.Lowered, work: int = 0) -> jax.stages.Compi
     size = max(work, *(sum(math.prod(x.shape) for x in jax.tree.leaves(info))
                        for info in (lowered.args_info, lowered.out_info)))
     if jax.default_backend() == "cpu" and size < QUICK_LIMIT:
-        return lowered.compile(dict(QUICK_OPTIONS))
+        return lowered.compile(QUICK_OPTIONS)
     return lowered.compile()
 
 
