@@ -281,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=sorted(FLAGS), default="strict")
     ap.add_argument("--tests", action="store_true", help="also the helper tests")
     ap.add_argument("--book", action="store_true", help="also the full book build")
-    ap.add_argument("--test-jobs", type=int, default=3,
-                    help="how many jobs the test files are packed into (default 3)")
+    ap.add_argument("--test-jobs", type=int, default=2,
+                    help="how many jobs the test files are packed into (default 2)")
     ap.add_argument("--workers", type=int,
                     default=int(os.environ.get("BOOK_TEST_WORKERS", "2")))
     ap.add_argument("--junit-dir", type=Path, default=None)
