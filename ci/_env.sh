@@ -27,9 +27,9 @@ ensure_env() {
     export PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1 TF_CPP_MIN_LOG_LEVEL=2
     return
   fi
-  # (the venv's processes only) Python writes the .pyc of a module it imports and finds
-  # none of (two processes that import it at once both compile it; the write is
-  # atomic); see the install below
+  # The venv's processes write a module's .pyc when they import one that has none
+  # (two that import it at once both compile it; each write is atomic): see the
+  # install below. BOOK_NO_INSTALL (above) leaves the variable as it is.
   unset PYTHONDONTWRITEBYTECODE
   # BOOK_EXTRA_REQUIREMENTS: another pinned file installed on top (./ci/test --gpu uses ci/requirements-gpu.txt)
   [[ -n "${BOOK_EXTRA_REQUIREMENTS:-}" ]] && extra=(-r "$BOOK_EXTRA_REQUIREMENTS")
