@@ -86,7 +86,7 @@ def test_a_quick_compile_gives_the_optimised_compiles_integers():
     """once.py's premise, about XLA: the same integers with or without the options."""
     x = np.arange(5000, dtype=np.int32)
     lowered = jax.jit(_graph).lower(x)
-    quick = lowered.compile(dict(once.QUICK_OPTIONS))
+    quick = lowered.compile(once.QUICK_OPTIONS)
     for got, want in zip(quick(x), lowered.compile()(x)):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
@@ -103,10 +103,7 @@ def test_the_older_fusion_emitter_changes_no_bit_of_the_initial_state():
     for devices in (book.devices()[:1], book.devices()[:4]):
         mesh = jax.sharding.Mesh(np.array(devices), ("neuron",))
         axes = coba.random_state_axes(pops, projs, "random")
-        shardings = {
-            k: NamedSharding(mesh, P(*[None if a is None else "neuron" for a in v]))
-            for k, v in axes.items()
-        }
+        shardings = {k: NamedSharding(mesh, P(*names)) for k, names in axes.items()}
         with jax.threefry_partitionable(True):
             lowered = jax.jit(
                 coba.random_state, static_argnums=(1, 2, 3), out_shardings=shardings
