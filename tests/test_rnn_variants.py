@@ -269,13 +269,27 @@ def test_bf16_gradients_are_float32_and_close(one_device):
 
 
 def test_every_variant_trains_with_the_one_adam(one_device):
+    """Each variant's step is ``adam_update`` of that variant's own gradients.
+
+    Not the plain step's weights: Adam's first step moves a weight by
+    ``lr * g / (|g| + 3.2e-7)``, so where ``|g|`` is about 3e-8, a rounding of 1e-9 (far
+    inside the gradient tolerance) moves it by 4e-6. Micro-batching sums in another
+    order, and on an AMD EPYC that failed the weights' tolerance 2.2 times over. The
+    variants' gradients are compared with the plain ones above.
+    """
     params, xs, ys, _, _ = one_device
     opt = rnn.adam_init(params)
-    ref, _, _ = rnn.functional_step()(params, opt, xs, ys)
-    for options in ({"remat": True}, {"micro_batches": 2}):
+    for options in ({}, {"remat": True}, {"micro_batches": 2}):
         new, opt2, _ = rnn.functional_step(**options)(params, opt, xs, ys)
-        verify.close("test.rnn.variant.step", new, ref, **F32_TOL)
+        grads, _ = rnn.grad_fn(**options)(params, xs, ys)
+        want, want_opt = rnn.adam_update(params, opt, grads)
+        verify.close("test.rnn.variant.step", new, want, **F32_TOL)
+        verify.close("test.rnn.variant.adam", opt2, want_opt, **F32_TOL)
         assert int(opt2["t"]) == 1
+    # planted: another learning rate, and a step that did not move the weights
+    for bad in (rnn.adam_update(params, opt, grads, lr=2e-3)[0], params):
+        with pytest.raises(AssertionError, match="NOT equal"):
+            verify.close("test.rnn.variant.step", new, bad, **F32_TOL)
 
 
 # ------------------------------------------------------------------ the hidden split
