@@ -335,6 +335,37 @@ def test_one_workflow_tests_every_push_and_publishes_that_build():
             assert not re.search(r"ci/test\s*$", text, re.M), other.name
 
 
+def _ci_run(tmp_path, **budgets):
+    """CI's .ci/run over a stub ./ci/test that takes a little over 1 s per call."""
+    (tmp_path / ".ci").mkdir(exist_ok=True)
+    (tmp_path / "ci").mkdir(exist_ok=True)
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    stub = tmp_path / "ci" / "test"
+    stub.write_text('#!/usr/bin/env bash\nsleep 1.1; echo "[stub] ${1:-strict}"\n')
+    stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BOOK_")}
+    env.update({k: str(v) for k, v in budgets.items()})
+    return subprocess.run(["bash", str(tmp_path / ".ci" / "run")], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_ci_run_fails_a_run_over_its_time_budget(tmp_path):
+    """.ci/run fails when ./ci/test takes over 10 minutes, or the whole over 20."""
+    text = (ROOT / ".ci" / "run").read_text()
+    assert "BOOK_TEST_BUDGET_S:-600}" in text and "BOOK_RUN_BUDGET_S:-1200}" in text
+    ok = _ci_run(tmp_path)  # the stub's 2 s: within the budget
+    assert ok.returncode == 0, ok.stderr
+    assert "[stub] strict" in ok.stdout and "[stub] --portable" in ok.stdout
+    assert "within the time budget" in ok.stdout
+    slow = _ci_run(tmp_path, BOOK_TEST_BUDGET_S=0)  # planted: a budget it overran
+    assert slow.returncode == 1
+    assert re.search(r"\./ci/test took [1-9]\d* s, over its 0 s", slow.stderr)
+    assert "[stub] --portable" in slow.stdout  # the gate still ran: the log shows both
+    whole = _ci_run(tmp_path, BOOK_RUN_BUDGET_S=1)
+    assert whole.returncode == 1 and ".ci/run took" in whole.stderr
+    assert "./ci/test took" not in whole.stderr  # only the budget that was overrun
+
+
 def test_workflow_keeps_the_screenshots_and_the_test_logs():
     wf = yaml.safe_load(WORKFLOW.read_text())
     paths = [s.get("with", {}).get("path") for s in wf["jobs"]["test"]["steps"]]
