@@ -335,39 +335,60 @@ def test_one_workflow_tests_every_push_and_publishes_that_build():
             assert not re.search(r"ci/test\s*$", text, re.M), other.name
 
 
-def _ci_run(tmp_path, **budgets):
-    """CI's .ci/run over a stub ./ci/test that takes a little over 1 s per call."""
+def _ci_run(tmp_path, **env_vars):
+    """CI's .ci/run over a stub ./ci/test that takes no time; STUB_FAIL=MODE makes
+    the stub fail in that mode ("strict" or "--portable")."""
     (tmp_path / ".ci").mkdir(exist_ok=True)
     (tmp_path / "ci").mkdir(exist_ok=True)
     shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
     stub = tmp_path / "ci" / "test"
-    stub.write_text('#!/usr/bin/env bash\nsleep 1.1; echo "[stub] ${1:-strict}"\n')
+    stub.write_text('#!/usr/bin/env bash\necho "[stub] ${1:-strict}"\n'
+                    '[[ "${STUB_FAIL:-}" != "${1:-strict}" ]] || exit 3\n')
     stub.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("BOOK_")}
-    env.update({k: str(v) for k, v in budgets.items()})
+    env.update({k: str(v) for k, v in env_vars.items()})
     return subprocess.run(["bash", str(tmp_path / ".ci" / "run")], env=env,
                           capture_output=True, text=True, timeout=60)
 
 
 def test_ci_run_reports_a_run_over_its_time_budget(tmp_path):
     """.ci/run says so when ./ci/test takes over 10 minutes, or the whole over 20, and
-    fails then with BOOK_ENFORCE_BUDGET=1 only."""
+    fails such a run with BOOK_ENFORCE_BUDGET=1 only. A budget of -1 s is one that
+    every run overruns, with no waiting."""
     text = (ROOT / ".ci" / "run").read_text()
     assert "BOOK_TEST_BUDGET_S:-600}" in text and "BOOK_RUN_BUDGET_S:-1200}" in text
-    ok = _ci_run(tmp_path)  # the stub's 2 s: within the budget
-    assert ok.returncode == 0, ok.stderr
-    assert "[stub] strict" in ok.stdout and "[stub] --portable" in ok.stdout
-    assert "within the time budget" in ok.stdout and "BUDGET" not in ok.stderr
-    slow = _ci_run(tmp_path, BOOK_TEST_BUDGET_S=0)  # planted: a budget it overran
+    for env in ({}, {"BOOK_ENFORCE_BUDGET": 1}):  # within the budget: passes
+        ok = _ci_run(tmp_path, **env)
+        assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+        assert "[stub] strict" in ok.stdout and "[stub] --portable" in ok.stdout
+        assert "within the time budget" in ok.stdout
+    both = dict(BOOK_TEST_BUDGET_S=-1, BOOK_RUN_BUDGET_S=-1)  # planted: both overrun
+    slow = _ci_run(tmp_path, **both)
     assert slow.returncode == 0 and "within the time budget" not in slow.stdout
-    assert re.search(
-        r"OVER THE TIME BUDGET: \./ci/test took [1-9]\d* s, over its 0 s", slow.stderr
-    )
     assert "[stub] --portable" in slow.stdout  # the gate still ran: the log shows both
-    whole = _ci_run(tmp_path, BOOK_RUN_BUDGET_S=1, BOOK_ENFORCE_BUDGET=1)
+    lines = [ln for ln in slow.stderr.splitlines() if "OVER THE TIME BUDGET" in ln]
+    assert len(lines) == 2, slow.stderr  # one line each
+    assert re.fullmatch(r"\[ci\] OVER THE TIME BUDGET: \./ci/test took \d+ s, over its "
+                        r"-1 s", lines[0])
+    assert re.fullmatch(r"\[ci\] OVER THE TIME BUDGET: \.ci/run took \d+ s, over its "
+                        r"-1 s", lines[1])
+    whole = _ci_run(tmp_path, BOOK_RUN_BUDGET_S=-1, BOOK_ENFORCE_BUDGET=1)
     assert whole.returncode == 1
-    assert re.search(r"FAILED: \.ci/run took [2-9]\d* s, over its 1 s", whole.stderr)
+    assert re.search(r"\[ci\] FAILED: \.ci/run took \d+ s, over its -1 s", whole.stderr)
     assert "./ci/test took" not in whole.stderr  # only the budget that was overrun
+
+
+def test_ci_run_refuses_a_bad_budget_and_times_a_failed_gate(tmp_path):
+    for bad, name in (({"BOOK_TEST_BUDGET_S": "10m"}, "BOOK_TEST_BUDGET_S=10m"),
+                      ({"BOOK_ENFORCE_BUDGET": "true"}, "BOOK_ENFORCE_BUDGET=true")):
+        got = _ci_run(tmp_path, **bad)
+        assert got.returncode == 2 and name in got.stderr, got.stderr
+        assert "[stub]" not in got.stdout  # refused before any gate ran
+    failed = _ci_run(tmp_path, STUB_FAIL="--portable")
+    assert failed.returncode == 3 and "[stub] --portable" in failed.stdout
+    assert re.search(r"\[ci\] exit 3 after \d+ s", failed.stderr)
+    assert "BUDGET" not in failed.stderr and "budget" not in failed.stdout.split(
+        "[stub] --portable")[1]
 
 
 def test_workflow_keeps_the_screenshots_and_the_test_logs():
