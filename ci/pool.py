@@ -12,7 +12,11 @@ of the last run (``--junit-dir``, written by every job with ``--junitxml``), els
 the committed estimate ``ci/estimates.json``, else 60 s.
 
 Each job's output goes to ``_build/logs/<job>.log``; the log of a failed job, and the
-helper tests' summary, are printed at the end.  Exit status 1 if any job failed.
+helper tests' summary, are printed at the end.  A job that runs longer than
+``--job-timeout`` seconds (``BOOK_JOB_TIMEOUT_S``, default 1800: about four times
+the longest job on CI's slowest machine yet, 466 s) is killed with its process group
+and fails, so that a hang names the job that hung instead of running into CI's own
+limit.  Exit status 1 if any job failed.
 ``python ci/pool.py --update-estimates`` rewrites ``ci/estimates.json`` from the
 JUnit XML of the last strict run.
 """
@@ -33,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ESTIMATES = ROOT / "ci" / "estimates.json"
 DEFAULT_S = 60.0
+JOB_TIMEOUT_S = 1800.0
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 FLAGS = {
     "strict": ["--nbval", "--nbval-sanitize-with", "ci/sanitize.cfg"],
@@ -156,6 +161,7 @@ def only_output_mismatches(job: Job) -> bool:
 
 
 BOOK_JOB = "book build"
+TIMED_OUT = -1000  # launch's status of a job killed at its timeout (no exit status)
 
 
 def make_jobs(mode: str, notebooks: list[str], test_groups: list[list[str]],
@@ -185,8 +191,10 @@ def make_jobs(mode: str, notebooks: list[str], test_groups: list[list[str]],
     return sorted(jobs, key=lambda j: -j.estimate)
 
 
-def run(jobs: list[Job], workers: int) -> list[Job]:
-    """Run the jobs, ``workers`` at a time, in the order given; returns them done."""
+def run(jobs: list[Job], workers: int, timeout_s: float = JOB_TIMEOUT_S) -> list[Job]:
+    """Run the jobs, ``workers`` at a time, in the order given; returns them done.
+    A job still running after ``timeout_s`` is killed, with every process it started,
+    and fails."""
     queue = list(jobs)
     lock = threading.Lock()
     running: dict[int, subprocess.Popen] = {}
@@ -204,10 +212,24 @@ def run(jobs: list[Job], workers: int) -> list[Job]:
                                     start_new_session=True)
             with lock:
                 running[w] = proc
-            rc = proc.wait()
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+                rc = TIMED_OUT
             with lock:
                 running.pop(w, None)
         return rc
+
+    def status(rc: int) -> str:
+        if rc == TIMED_OUT:
+            return (f"FAILED (killed after {timeout_s:.0f} s; BOOK_JOB_TIMEOUT_S sets"
+                    " the limit)")
+        return "passed" if rc == 0 else f"FAILED (exit {rc})"
 
     def work(w: int) -> None:
         while True:
@@ -221,8 +243,8 @@ def run(jobs: list[Job], workers: int) -> list[Job]:
             t0 = time.monotonic()
             rc = launch(w, job)
             job.seconds = time.monotonic() - t0
-            job.status = "passed" if rc == 0 else f"FAILED (exit {rc})"
-            if rc != 0 and only_output_mismatches(job):
+            job.status = status(rc)
+            if rc not in (0, TIMED_OUT) and only_output_mismatches(job):
                 # ipykernel can publish a cell's last stream message after its idle
                 # status on a loaded machine, and nbval then misses that output
                 # (seen on CI: a cell's last three printed lines gone). Such a job is
@@ -232,7 +254,7 @@ def run(jobs: list[Job], workers: int) -> list[Job]:
                 say(f"rerun  {job.name}: only output mismatches (log {first.name})")
                 rc = launch(w, job)
                 job.seconds = time.monotonic() - t0
-                job.status = ("passed" if rc == 0 else f"FAILED (exit {rc})")
+                job.status = status(rc)
                 job.rerun = True
             say(f"{job.status:>6} {job.name} in {job.seconds:.0f} s")
 
@@ -285,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="how many jobs the test files are packed into (default 2)")
     ap.add_argument("--workers", type=int,
                     default=int(os.environ.get("BOOK_TEST_WORKERS", "2")))
+    ap.add_argument("--job-timeout", type=float,
+                    default=float(os.environ.get("BOOK_JOB_TIMEOUT_S", JOB_TIMEOUT_S)),
+                    help="seconds after which a job is killed and fails")
     ap.add_argument("--junit-dir", type=Path, default=None)
     ap.add_argument("--update-estimates", action="store_true")
     ap.add_argument("--note", help="with --update-estimates: where it was measured")
@@ -303,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[test] {len(jobs)} jobs on {workers} workers, longest first: "
           + ", ".join(f"{j.name} ~{j.estimate:.0f} s" for j in jobs), flush=True)
     t0 = time.monotonic()
-    run(jobs, workers)
+    run(jobs, workers, args.job_timeout)
     wall = time.monotonic() - t0
     for job in jobs:
         if job.is_tests or job.status != "passed":

@@ -2,6 +2,8 @@
 nothing else (ipykernel can publish a cell's last stream message after its idle status
 on a loaded machine); an exception, a timeout or a failing test file is never rerun."""
 
+import os
+import time
 from pathlib import Path
 
 import pool  # ci/pool.py: conftest.py puts ci/ on the path
@@ -32,3 +34,19 @@ def test_an_exception_timeout_or_test_file_is_not_rerun(tmp_path):
     assert not pool.only_output_mismatches(_job(tmp_path, MISMATCH, is_tests=True))
     assert not pool.only_output_mismatches(_job(tmp_path, MISMATCH, pool.BOOK_JOB))
     assert not pool.only_output_mismatches(_job(tmp_path, "1 passed\n"))
+
+
+def test_a_job_over_its_timeout_is_killed_with_its_children_and_fails(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    hang = pool.Job("hang", ["bash", "-c", f"sleep 60 & echo $! > {pid_file}; wait"],
+                    {}, 0.0, tmp_path / "h.xml", tmp_path / "h.log")
+    quick = pool.Job("quick", ["true"], {}, 0.0, tmp_path / "q.xml", tmp_path / "q.log")
+    t0 = time.monotonic()
+    pool.run([hang, quick], workers=2, timeout_s=1)
+    assert time.monotonic() - t0 < 30
+    assert quick.status == "passed"
+    assert hang.status.startswith("FAILED (killed after 1 s") and not hang.rerun
+    assert "BOOK_JOB_TIMEOUT_S" in hang.status
+    child = int(pid_file.read_text())  # the job's own child is gone too
+    assert not os.path.exists(f"/proc/{child}") or open(
+        f"/proc/{child}/stat").read().split()[2] == "Z"
