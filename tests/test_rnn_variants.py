@@ -268,28 +268,47 @@ def test_bf16_gradients_are_float32_and_close(one_device):
         _bf16_close("test.rnn.bf16.grads", {n: g * 7 / 8 for n, g in got.items()}, want)
 
 
-def test_every_variant_trains_with_the_one_adam(one_device):
-    """Each variant's step is ``adam_update`` of that variant's own gradients.
+# One Adam update, jitted inside a step or run op by op: the same elementwise formula,
+# which XLA may fuse (a product and a sum into one FMA), a few ulps apart at most.
+# rtol 1e-6 is about 8 ulps; atol 1e-9 is a millionth of a first step (lr = 1e-3), for
+# a weight that the step brings to near zero. The moments: rtol alone (a v entry is
+# about g**2, down to 1e-20, so any atol above that would let it pass unchecked).
+ADAM_TOL = {"rtol": 1e-6, "atol": 1e-9}
+MOMENT_TOL = {"rtol": 1e-6, "atol": 1e-30}
+
+
+def test_the_float32_variants_train_with_the_one_adam(one_device):
+    """The plain, remat and micro-batch steps are each ``adam_update`` of their own
+    gradients (bf16 changes only the gradients, through the same ``functional_step``).
 
     Not the plain step's weights: Adam's first step moves a weight by
-    ``lr * g / (|g| + 3.2e-7)``, so where ``|g|`` is about 3e-8, a rounding of 1e-9 (far
-    inside the gradient tolerance) moves it by 4e-6. Micro-batching sums in another
-    order, and on an AMD EPYC that failed the weights' tolerance 2.2 times over. The
-    variants' gradients are compared with the plain ones above.
+    ``lr * g / (|g| + c)``, c = eps / sqrt(1 - beta2) = 3.2e-7, whose slope in g is
+    ``lr * c / (|g| + c)**2``, up to lr / c = 3.2e3. At g = -3.1e-8, micro-batching's
+    other order of summation moved g by 1.4e-9 (far inside the gradient tolerance),
+    and the weight by 3.7e-6: on an AMD EPYC, 2.2 times the weights' tolerance. The
+    variants' gradients are compared with the plain ones above; that each variant
+    reaches its compiled step is checked by the memory tests.
     """
     params, xs, ys, _, _ = one_device
     opt = rnn.adam_init(params)
-    for options in ({}, {"remat": True}, {"micro_batches": 2}):
-        new, opt2, _ = rnn.functional_step(**options)(params, opt, xs, ys)
-        grads, _ = rnn.grad_fn(**options)(params, xs, ys)
+    for name, options in (("plain", {}), ("remat", {"remat": True}),
+                          ("micro-batches 2", {"micro_batches": 2})):
+        new, opt2, value = rnn.functional_step(**options)(params, opt, xs, ys)
+        grads, loss = rnn.grad_fn(**options)(params, xs, ys)
         want, want_opt = rnn.adam_update(params, opt, grads)
-        verify.close("test.rnn.variant.step", new, want, **F32_TOL)
-        verify.close("test.rnn.variant.adam", opt2, want_opt, **F32_TOL)
+        verify.close("test.rnn.variant.step", new, want, **ADAM_TOL, what=name)
+        verify.close("test.rnn.variant.moments", opt2, want_opt, **MOMENT_TOL,
+                     what=name)
+        verify.close("test.rnn.variant.loss", value, loss, **MOMENT_TOL, what=name)
         assert int(opt2["t"]) == 1
-    # planted: another learning rate, and a step that did not move the weights
-    for bad in (rnn.adam_update(params, opt, grads, lr=2e-3)[0], params):
+    # planted in the step under test, against the plain step's Adam: another learning
+    # rate, which moves the weights, and another beta2, which at t = 1 the bias
+    # correction hides from the weights, so that only the second moment shows it
+    want = rnn.adam_update(params, opt, rnn.grad_fn()(params, xs, ys)[0])
+    got = rnn.functional_step(lr=2e-3, beta2=0.99)(params, opt, xs, ys)
+    for part, tol in ((0, ADAM_TOL), (1, MOMENT_TOL)):
         with pytest.raises(AssertionError, match="NOT equal"):
-            verify.close("test.rnn.variant.step", new, bad, **F32_TOL)
+            verify.close("test.rnn.variant.step", got[part], want[part], **tol)
 
 
 # ------------------------------------------------------------------ the hidden split
