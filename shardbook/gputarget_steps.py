@@ -258,7 +258,6 @@ def tiny_data_parallel(target, B=64, D=32, batch_sharded: bool = True):
 # size asked for. 672 E + 168 I: both divide by 1..4 and 6..8 and neither equals an
 # in-degree (64, 16) or a step count; other device counts build a multiple of it.
 _SMALL_SCALE = 0.2
-_SMALL_INH = 168  # the I population at _SMALL_SCALE; E is 4 times it
 
 
 def coba_hh(
@@ -291,7 +290,8 @@ def coba_hh(
     mesh = target.mesh((target.n,), (coba.NEURON,))
     # the least multiple of the small scale whose populations (672 m E, 168 m I) the
     # device count splits: m = n / gcd(168, n), 1 at 1..4 and 6..8, 5 at 5 devices
-    small_scale = _SMALL_SCALE * (target.n // gcd(_SMALL_INH, target.n))
+    small_inh = coba.sizes(_SMALL_SCALE)[1]  # 168; E is 4 times it
+    small_scale = _SMALL_SCALE * (target.n // gcd(small_inh, target.n))
     build_scale = small_scale if neurons is not None else scale
     extra = {} if spike_capacity is None else dict(spike_capacity=spike_capacity)
     net = coba.build(

@@ -7,6 +7,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from shardbook import book
@@ -69,6 +70,8 @@ def test_compile_once_uses_the_quick_options_only_for_a_small_program():
         "xla_backend_optimization_level": 0,
         "xla_cpu_use_fusion_emitters": False,
     }
+    with pytest.raises(TypeError):  # read-only: no caller changes every builder's
+        quick["xla_backend_optimization_level"] = 2  # choice behind the others' back
 
     def plus(x):
         return x + 1

@@ -21,16 +21,19 @@ LLVM's optimisations, as does every program on another platform.
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import jax
 
 __all__ = ["QUICK_LIMIT", "QUICK_OPTIONS", "compile_once", "once_jit"]
 
 QUICK_LIMIT = 2_000_000  # elements in or out from which a program is compiled optimised
-QUICK_OPTIONS = {  # XLA:CPU debug options of a quick compile (see above)
+# XLA:CPU debug options of a quick compile (see above). Read-only: every builder, in
+# every process, must make the same choice, or a network differs between meshes.
+QUICK_OPTIONS = MappingProxyType({
     "xla_backend_optimization_level": 0,
     "xla_cpu_use_fusion_emitters": False,
-}
+})
 
 
 def compile_once(lowered: jax.stages.Lowered, work: int = 0) -> jax.stages.Compiled:
