@@ -2,11 +2,12 @@
 nothing else (ipykernel can publish a cell's last stream message after its idle status
 on a loaded machine); an exception, a timeout or a failing test file is never rerun."""
 
-import os
+import argparse
 import time
 from pathlib import Path
 
-import pool  # ci/pool.py: conftest.py puts ci/ on the path
+import pool
+import pytest  # ci/pool.py: conftest.py puts ci/ on the path
 
 MISMATCH = """..F..
 FAILED book/01-x.ipynb::Cell 31 - Notebook cell execution failed
@@ -36,17 +37,39 @@ def test_an_exception_timeout_or_test_file_is_not_rerun(tmp_path):
     assert not pool.only_output_mismatches(_job(tmp_path, "1 passed\n"))
 
 
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] == "Z"  # a zombie: ended, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
 def test_a_job_over_its_timeout_is_killed_with_its_children_and_fails(tmp_path):
-    pid_file = tmp_path / "child.pid"
-    hang = pool.Job("hang", ["bash", "-c", f"sleep 60 & echo $! > {pid_file}; wait"],
-                    {}, 0.0, tmp_path / "h.xml", tmp_path / "h.log")
+    """A hung notebook job: its log already reads like an output mismatch (the one
+    failure that is rerun), and it has two children, one in its own process group and
+    one in a session of its own, as jupyter_client starts a kernel."""
+    pids, text = tmp_path / "pids", tmp_path / "mismatch.txt"
+    text.write_text(MISMATCH)
+    script = (f"cat {text}; sleep 60 & echo $! >> {pids}; "
+              f"setsid sleep 60 & echo $! >> {pids}; wait")
+    hang = pool.Job("book/01-x.ipynb", ["bash", "-c", script], {}, 0.0,
+                    tmp_path / "h.xml", tmp_path / "h.log")
     quick = pool.Job("quick", ["true"], {}, 0.0, tmp_path / "q.xml", tmp_path / "q.log")
     t0 = time.monotonic()
-    pool.run([hang, quick], workers=2, timeout_s=1)
+    pool.run([hang, quick], workers=2, timeout_s=3)
     assert time.monotonic() - t0 < 30
     assert quick.status == "passed"
-    assert hang.status.startswith("FAILED (killed after 1 s") and not hang.rerun
+    assert pool.only_output_mismatches(hang)  # it would have been rerun ...
+    assert hang.status.startswith("FAILED (killed after 3 s") and not hang.rerun
     assert "BOOK_JOB_TIMEOUT_S" in hang.status
-    child = int(pid_file.read_text())  # the job's own child is gone too
-    assert not os.path.exists(f"/proc/{child}") or open(
-        f"/proc/{child}/stat").read().split()[2] == "Z"
+    children = [int(x) for x in pids.read_text().split()]
+    assert len(children) == 2, "the job had not started both children in 3 s"
+    assert all(_gone(pid) for pid in children)
+
+
+def test_a_bad_job_timeout_is_refused():
+    for bad in ("0", "-5", "30m", "nan", "inf"):
+        with pytest.raises(argparse.ArgumentTypeError, match="BOOK_JOB_TIMEOUT_S"):
+            pool.positive_seconds(bad)
+    assert pool.positive_seconds("900") == 900.0
