@@ -6,8 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-import pool
-import pytest  # ci/pool.py: conftest.py puts ci/ on the path
+import pool  # ci/pool.py: conftest.py puts ci/ on the path
+import pytest
 
 MISMATCH = """..F..
 FAILED book/01-x.ipynb::Cell 31 - Notebook cell execution failed
