@@ -268,14 +268,12 @@ def test_bf16_gradients_are_float32_and_close(one_device):
         _bf16_close("test.rnn.bf16.grads", {n: g * 7 / 8 for n, g in got.items()}, want)
 
 
-# One Adam update, jitted inside a step or run op by op: the same elementwise formula,
-# which XLA may fuse (a product and a sum into one FMA), a few ulps apart at most.
-# rtol 1e-6 is about 8 ulps; atol 1e-9 is a millionth of a first step (lr = 1e-3), for
-# a weight that the step brings to near zero. The moments: rtol alone (a v entry is
-# about g**2, down to 1e-20, so any atol above that would let it pass unchecked).
-# This assumes the step's gradient is grad_fn's to the last bits (measured: it is,
-# under AVX-512, AVX and SSE4.2); were XLA to sum them in another order inside the
-# step, the moments would fail by orders of magnitude, not by a little.
+# Adam jitted inside the step against adam_update run op by op: one elementwise
+# formula, at most a few ulps apart where XLA fuses it (FMA). rtol 1e-6 is about 8
+# ulps; atol 1e-9, a millionth of a first step, covers a weight moved to near zero.
+# The moments by rtol alone: v ~ g**2 goes down to 1e-20, under any useful atol.
+# It assumes the step's gradient is grad_fn's to the last bit (measured under
+# AVX-512, AVX and SSE4.2: it is).
 ADAM_TOL = {"rtol": 1e-6, "atol": 1e-9}
 MOMENT_TOL = {"rtol": 1e-6, "atol": 1e-30}
 
