@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     net = coba.build(
         devices, scale=args.scale, conn="push", graph="rows", start="random"
     )
-    jax.block_until_ready([coba.ledger._leaf(v) for v in net.vars().values()])
+    jax.block_until_ready([v.value for v in net.vars().values()])
     build_s = time.perf_counter() - t0
     sim = coba.Simulation(net, record=("count",))
     sim.compile(args.steps)

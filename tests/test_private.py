@@ -3,9 +3,10 @@
 
 * Each guarded function refuses to run on another version than the pinned one, with a
   message that names the pinned version.
-* No other file (package, notebooks, tests, ci, recipes, ``_ext``) names a private
-  module or attribute of those libraries; notebooks and tests use no ``_``-prefixed
-  attribute at all.
+* No other file (package, notebooks, tests, ci, recipes, ``_ext``, and the bash
+  scripts of ci/, .ci/, recipes/ and binder/) names a private module or attribute of
+  those libraries; notebooks and tests use no ``_``-prefixed attribute at all, and the
+  Python of ci/, recipes/ and ``_ext`` none but its own (``self._x``).
 """
 
 import ast
@@ -64,7 +65,28 @@ def _files():
     for path in nbs.notebooks():
         if path.stem not in NOT_YET_MIGRATED:
             out.append((str(path.relative_to(ROOT)), _code_of_notebook(path)))
+    for path in _shell_scripts():
+        out.append((str(path.relative_to(ROOT)), _shell_code(path.read_text())))
     return out
+
+
+def _shell_scripts():
+    """The bash scripts (ci/, .ci/, recipes/, binder/): their inline Python counts."""
+    found = []
+    for folder in ("ci", ".ci", "recipes", "binder"):
+        for path in sorted((ROOT / folder).iterdir()):
+            if path.is_file() and path.suffix != ".py":
+                head = path.read_bytes()[:64]
+                if head.startswith(b"#!") and b"sh" in head.split(b"\n")[0]:
+                    found.append(path)
+    return found
+
+
+def _shell_code(text: str) -> str:
+    # comment lines are prose; a ';' in the first column keeps the parser from
+    # reading the script as Python (a script is never valid Python)
+    return ";\n" + "\n".join("" if ln.lstrip().startswith("#") else ln
+                              for ln in text.splitlines())
 
 
 def _code_lines(text: str):
@@ -173,12 +195,32 @@ def _private_attributes(text: str):
             yield node.lineno, node.attr
 
 
+def _foreign_private_attributes(text: str):
+    """``_``-prefixed attributes not reached from ``self`` or ``cls``: another module's
+    or another object's private name (scripts may keep private names of their own)."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not (
+            node.attr.startswith("__") and node.attr.endswith("__")
+        ):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if not (isinstance(root, ast.Name) and root.id in ("self", "cls")):
+                yield node.lineno, node.attr
+
+
 def test_notebooks_and_tests_use_no_underscore_attribute():
     bad = []
     for name, text in _files():
         if name.startswith(("tests/", "book/")):
             bad += [
                 f"{name}:{line}: .{attr}" for line, attr in _private_attributes(text)
+            ]
+        elif name.startswith(("ci/", "recipes/", "_ext/")) and name.endswith(".py"):
+            bad += [
+                f"{name}:{line}: .{attr}"
+                for line, attr in _foreign_private_attributes(text)
             ]
     assert not bad, "private attributes used:\n" + "\n".join(bad)
 
@@ -196,3 +238,17 @@ def test_the_quarantine_test_catches_a_planted_private_name():
     }
     assert {"._src", "jit's _cache_size", "brainstate's jit internals"} <= hits
     assert sorted(a for _, a in _private_attributes(planted)) == ["_cache_size", "_src"]
+    # a script may keep private names of its own, never another module's
+    script = ("class A:\n    def f(self):\n        return self._x\n"
+              "coba.ledger._leaf(v)\n")
+    assert [a for _, a in _foreign_private_attributes(script)] == ["_leaf"]
+
+
+def test_the_quarantine_reads_the_shell_scripts():
+    names = {str(p.relative_to(ROOT)) for p in _shell_scripts()}
+    assert {"ci/test", ".ci/run", "recipes/mpirun_gpu.sh", "binder/start"} <= names
+    planted = _shell_code("#!/bin/bash\n# jax._src in a comment is prose\n"
+                          "python -c 'import jax; jax._src.xla_bridge.backends()'\n")
+    hits = [what for line in _code_lines(planted) for p, what in PRIVATE_PATTERNS
+            if p.search(line)]
+    assert hits == ["._src", "jax's xla_bridge"]
