@@ -93,7 +93,14 @@ def fit_bytes(counts, measured) -> tuple[float, float]:
 
 def program_bytes(compiled) -> float:
     """Bytes one device accesses in one run of a compiled program (XLA's cost analysis;
-    the body of a loop is counted once, that is, per step)."""
+    the body of a loop is counted once, that is, per step).  A program with a custom
+    call is refused: its cost is unknown to XLA, and would count as nothing."""
+    calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', compiled.as_text())))
+    if calls:  # HloCostAnalysis::HandleCustomCall marks a custom call's cost unknown
+        raise ValueError(
+            "XLA's cost analysis counts no bytes inside a custom call "
+            f"({', '.join(calls)}): compile the XLA path (the push delivery: "
+            "kernel='xla'), the one a GPU runs, to count its work")
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):
         cost = cost[0]

@@ -6,8 +6,9 @@ Rules (the book's, for every speed claim):
   round) and **repeated**; the figure is the **median**;
 * every time is printed beside its work: **synaptic events per step** (a spike of a
   neuron with out-degree ``d`` is ``d`` events) and **events per microsecond**;
-* a window with **no events is refused** (:class:`SilentWindow`): a silent network
-  measures the delivery's fixed costs, not its work.
+* a window with **no events is refused** (:class:`SilentWindow`), and so is a window
+  with one silent chunk (a median may be that chunk's time): a silent network measures
+  the delivery's fixed costs, not its work.
 
 Two kinds of measurement:
 
@@ -83,10 +84,11 @@ class Timing:
         return out
 
 
-def interleave(variants: dict, repeats: int = 5, warmup: int = 1) -> dict:
+def interleave(variants: dict, repeats: int = 5, warmup: int = 1, after=None) -> dict:
     """Run each ``variants[name]()`` (it blocks until its work is done) ``warmup``
     times, then ``repeats`` rounds, the order rotated each round; returns
-    ``{name: [seconds, ...]}``."""
+    ``{name: [seconds, ...]}``.  ``after(name)``, if given, runs after each timed call,
+    outside its time (to read what the round did)."""
     names = list(variants)
     for _ in range(warmup):
         for name in names:
@@ -98,6 +100,8 @@ def interleave(variants: dict, repeats: int = 5, warmup: int = 1) -> dict:
             t0 = time.perf_counter()
             variants[name]()
             out[name].append(time.perf_counter() - t0)
+            if after is not None:
+                after(name)
     return out
 
 
@@ -268,6 +272,8 @@ def time_steps(variants: dict, steps: int = 500, warmup: int = 1000, repeats: in
     Each network runs ``warmup`` steps, then ``repeats`` interleaved chunks of ``steps``
     steps; the events per step come from each network's spike counters and out-degrees.
     ``extra`` holds the compile seconds and the mean rate (Hz) of the timed window.
+    Raises :class:`SilentWindow` if any timed chunk of any network delivered no event:
+    a median may be the time of a silent chunk, so every chunk must carry work.
     """
     devices = list(devices) if devices is not None else jax.devices()[:1]
     sims, degrees, compile_s = {}, {}, {}
@@ -279,19 +285,21 @@ def time_steps(variants: dict, steps: int = 500, warmup: int = 1000, repeats: in
         if warmup:
             sim.run(warmup)
         sims[name], degrees[name] = sim, out_degrees(net)
-    before = {name: _counts(sim) for name, sim in sims.items()}
+    snaps = {name: [_counts(sim)] for name, sim in sims.items()}  # before each chunk
     samples = interleave({name: (lambda s=sim: s.run(steps)) for name, sim in
-                          sims.items()}, repeats=repeats, warmup=0)
+                          sims.items()}, repeats=repeats, warmup=0,
+                         after=lambda name: snaps[name].append(_counts(sims[name])))
     out = {}
-    for name, sim in sims.items():
-        after = _counts(sim)
-        spikes = {p: after[p] - before[name][p] for p in after}
+    for name in sims:
+        for r, (a, b) in enumerate(zip(snaps[name], snaps[name][1:])):
+            if sum(float((b[p] - a[p]) @ degrees[name][p]) for p in b) == 0:
+                raise SilentWindow(f"{name}: no synaptic event in timed chunk {r + 1} "
+                                   f"of {repeats} ({steps} steps)")
+        spikes = {p: snaps[name][-1][p] - snaps[name][0][p] for p in snaps[name][0]}
         total_steps = steps * repeats
         events = sum(float(spikes[p] @ degrees[name][p]) for p in spikes) / total_steps
         n = sum(v.size for v in spikes.values())
         rate = sum(v.sum() for v in spikes.values()) / n / (total_steps * DT * 1e-3)
-        if events == 0:
-            raise SilentWindow(f"{name}: no synaptic event in the timed window")
         out[name] = Timing(name, float(np.median(samples[name])) / steps, events,
                            [x / steps for x in samples[name]],
                            dict(compile_s=compile_s[name], rate_hz=float(rate),
