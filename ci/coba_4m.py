@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Four million COBA-HH neurons on 8 simulated CPU devices, with the push delivery.
 
-    python ci/coba_4m.py --out book/data/coba_4m.json        # about 10 min on 2 cores
+    python ci/coba_4m.py --out book/data/coba_4m.json  # under a minute on 2 cores, 4 GB
 
 Not part of ./ci/test.  The network is chapter 4's million-neuron path at 4x the size:
 ``graph="rows"`` (each device draws its own block's synapses by presynaptic row), the

@@ -57,8 +57,9 @@ __all__ = ["SPIKE_CAPACITY", "SIGMAS", "spike_capacity", "gathered_ids",
 # chapter 4's networks (3,000 steps, two seeds each; 4,200 neurons): 2.14 % in the
 # opening volley of the rest start (step 64), at most 1.4 % after it, 0.7-1.4 % for the
 # randomised start, the Bernoulli graph and the graph drawn by rows.  The default
-# capacity is 2.5 % of a device's neurons plus SIGMAS binomial standard deviations: how
-# a burst of that size splits over the devices.
+# capacity is 2.5 % of a device's neurons plus SIGMAS times sqrt(mean): how unevenly
+# a burst of that size splits over the devices (sqrt(mean), a Poisson count's standard
+# deviation, bounds the binomial one of a split).
 SPIKE_CAPACITY = 0.025
 SIGMAS = 6
 # auto: the CPU kernels on a CPU, XLA elsewhere; xla: XLA always
@@ -71,7 +72,8 @@ class DeliveryOverflow(RuntimeError):
 
 def spike_capacity(n_local: int, fraction: float = SPIKE_CAPACITY) -> int:
     """Room for spike indices per device and step: ``fraction`` of its ``n_local``
-    neurons, plus :data:`SIGMAS` standard deviations of a binomial split, plus one."""
+    neurons, plus :data:`SIGMAS` times ``sqrt(mean)`` (a Poisson count's standard
+    deviation, at least the binomial one), plus one."""
     if not 0 < fraction <= 1:
         raise ValueError(
             f"spike_capacity is a fraction of each device's neurons in (0, 1],"
