@@ -32,7 +32,8 @@ latency-bound collective).  The totals are one reduction after the run.  With
 ``--raster-dir DIR``, every process also writes the spike raster of ITS OWN neurons
 (``addressable_shards``: no communication) as ``DIR/raster_p<process>_<pop>.npz``, with
 the first neuron's index; nothing is gathered.  ``--graph``, ``--conn`` and
-``--start`` choose any network of chapter 4 (e.g. ``--graph rows --conn event``).
+``--start`` choose any network of chapter 4 (e.g. ``--graph rows --conn push``, the
+million-neuron path).
 
 Needs the book's packages on every node, at the book's own version (its tag):
     URL=git+https://github.com/sharding-brain-dynamics/book@v1.1.0
@@ -85,7 +86,8 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=1000, help="time steps of 0.1 ms")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--graph", default="fixed", help="fixed, bernoulli or rows")
-    p.add_argument("--conn", default="index", help="the delivery (rows needs event)")
+    p.add_argument("--conn", default="index",
+                   help="the delivery: index (this recipe's default), push or event")
     p.add_argument("--start", default="rest", help="rest, random or kick")
     p.add_argument("--raster-dir", default=None,
                    help="write each process's own spike raster here "

@@ -1,9 +1,10 @@
 """Checkpoints that name their network (``shardbook.coba.checkpoint``, chapter 5b).
 
 * a non-default network (Bernoulli graph, event delivery, randomised start, counters)
-  saved on 4 devices restores onto 1 and continues bit for bit, counters too (onto 2:
-  tests/test_multiprocess.py restores this graph saved by 2 processes onto 2 devices,
-  and tests/test_checkpoint.py restores the default network from 4 onto 2 and 1);
+  saved on 4 devices restores onto 2 (re-split, not only gathered) and continues bit
+  for bit, counters too (tests/test_multiprocess.py restores this graph saved by 2
+  processes onto 2 devices, and tests/test_checkpoint.py restores the default network
+  from 4 onto 2 and 1);
 * restoring into a different network raises, naming what differs;
 * (a "rows" graph, drawn per device block, restored onto another device count raises:
   tests/test_multiprocess.py, on a checkpoint saved by 2 processes);
