@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import coba_cli  # ci/coba_cli.py
+from coba_regimes import machine  # ci/coba_regimes.py
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "shardbook.coba-4m/1"
@@ -69,8 +70,11 @@ def main(argv=None) -> int:
     }
     data = dict(
         schema=SCHEMA,
-        provenance=book.provenance.provenance(
-            "python ci/coba_4m.py " + " ".join(argv or sys.argv[1:])
+        provenance=dict(
+            book.provenance.provenance(
+                "python ci/coba_4m.py " + " ".join(argv or sys.argv[1:])
+            ),
+            machine=machine(),  # the CPU and its cores: the seconds are this CPU's
         ),
         load_average=[[round(x, 2) for x in la] for la in load],
         neurons=neurons,
