@@ -27,6 +27,38 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "shardbook.coba-4m/1"
 
 
+def check(data: dict) -> dict:
+    """What the file must show (the script checks it before writing; tests/ checks the
+    stored file): its schema and provenance, the shards' bytes equal to the ledger's,
+    the compiled peak within the ledger's tolerance, nothing dropped, and an exchange
+    of at most 1/8 of the bools'.  Raises ``ValueError`` naming what fails."""
+    bad = [k for k in ("schema", "provenance", "neurons", "ledger", "burst")
+           if k not in data]
+    if bad:
+        raise ValueError(f"coba_4m file lacks {bad}")
+    prov, led = data["provenance"], data["ledger"]
+    pred, got, xla = led["predicted"], led["shards"], led["compiled"]
+    if data["schema"] != SCHEMA:
+        bad.append(f"schema {data['schema']!r}, not {SCHEMA!r}")
+    bad += [f"provenance.{k}" for k in ("versions", "date", "command", "machine")
+            if k not in prov]
+    bad += [f"{cat}: shards {got[cat]}, ledger {pred[cat]}"
+            for cat in ("state", "delays", "connectivity", "counters")
+            if got[cat] != pred[cat]]
+    if xla["arguments"] != pred["arguments"]:
+        bad.append(f"arguments: compiled {xla['arguments']}, "
+                   f"ledger {pred['arguments']}")
+    if abs(xla["peak"] - pred["peak"]) > led["tolerance"]:
+        bad.append(f"peak: compiled {xla['peak']}, ledger {pred['peak']}")
+    if any(dropped for dropped, _ in data["burst"].values()):
+        bad.append(f"spikes or events dropped: {data['burst']}")
+    if data["exchange_bytes_per_step"] > data["neurons"] / 8:
+        bad.append(f"exchange {data['exchange_bytes_per_step']} B > 1/8 of the bools'")
+    if bad:
+        raise ValueError("coba_4m file: " + "; ".join(bad))
+    return data
+
+
 def main(argv=None) -> int:
     p = coba_cli.parser(__doc__, out=ROOT / "book" / "data" / "coba_4m.json")
     p.add_argument("--scale", type=int, default=960)  # 960 x 4,200 = 4,032,000
@@ -104,11 +136,7 @@ def main(argv=None) -> int:
             tolerance=coba.peak_tolerance(pred["temporaries"]),
         ),
     )
-    for cat in ("state", "delays", "connectivity", "counters"):
-        assert got[cat] == pred[cat], (cat, got, pred)
-    assert xla["arguments"] == pred["arguments"], (xla, pred)
-    assert abs(xla["peak"] - pred["peak"]) <= data["ledger"]["tolerance"], (xla, pred)
-    assert data["exchange_bytes_per_step"] <= neurons / 8
+    check(data)
     return coba_cli.save(
         args.out, data,
         f"{neurons:,} neurons on {n} devices: build {build_s:.0f} s, compile "

@@ -65,3 +65,29 @@ def test_the_cost_analysis_of_a_custom_call_is_refused():
         pytest.skip(f"no CPU kernels here: {coba.kernels.why_not()}")
     with pytest.raises(ValueError, match="custom call"):
         coba.timemodel.program_bytes(step(kernel="auto"))
+
+
+def test_the_stored_4m_run_holds_what_page_4b_says():
+    import copy
+    import json
+    from pathlib import Path
+
+    import coba_4m  # ci/coba_4m.py: conftest.py puts ci/ on the path
+
+    path = Path(__file__).resolve().parents[1] / "book" / "data" / "coba_4m.json"
+    stored = json.loads(path.read_text())
+    coba_4m.check(stored)
+    assert stored["neurons"] >= 4_000_000 and stored["events_per_step"] > 0
+    def one_byte_more(d):
+        d["ledger"]["shards"]["state"] += 1
+
+    # planted: the bool vectors' exchange, a dropped spike, a ledger row off by a byte
+    for plant, match in (
+        (lambda d: d.update(exchange_bytes_per_step=d["neurons"]), "exchange"),
+        (lambda d: d["burst"]["E"].__setitem__(0, 1), "dropped"),
+        (one_byte_more, "state"),
+    ):
+        bad = copy.deepcopy(stored)
+        plant(bad)
+        with pytest.raises(ValueError, match=match):
+            coba_4m.check(bad)
