@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Scale sweep of chapter 4's COBA-HH network: writes the data file the chapter plots.
+"""Scale sweep of chapter 4's COBA-HH network: writes a scaling data file (checked by
+coba.validate_scaling; the book stores none: simulated-CPU seconds are not hardware).
 
     python ci/coba_sweep.py --scales 1 10 100 1000 10000 30000 60000 \
         --out book/data/coba_scaling.json --time-budget 60

@@ -217,6 +217,7 @@ class Program:
     # ------------------------------------------------------------------ reading
     def _parse(self, text: str) -> None:
         calls: dict[str, set[str]] = {}
+        ops_of: dict[str, list[str]] = {}  # each computation's opcodes, in order
         found, raw_whiles, async_calls, constants = [], [], set(), []
         current = None
         head = text.split("\n", 1)[0]
@@ -229,6 +230,7 @@ class Program:
             if m:
                 current = m.group(1)
                 calls[current] = set()
+                ops_of[current] = []
                 continue
             if current is None:
                 continue
@@ -241,6 +243,7 @@ class Program:
             if not m:
                 continue
             name, type_str, op = m.group(1), m.group(2), m.group(3)
+            ops_of[current].append(op)
             if op == "while":
                 body = re.search(r"\bbody=%?([\w.\-]+)", line).group(1)
                 cond = re.search(r"\bcondition=%?([\w.\-]+)", line)
@@ -262,6 +265,7 @@ class Program:
                 shapes = _shapes(_result_type(op, type_str))
                 found.append((current, base, op.endswith("-start"), shapes))
         self._constants = constants
+        self._ops_of = {k: tuple(v) for k, v in ops_of.items()}
 
         def reach(start: str) -> set[str]:
             seen, stack = {start}, [start]
@@ -358,6 +362,22 @@ class Program:
             return "no collectives: every device computes alone"
         return "\n".join(str(c) for c in self.collectives)
 
+    def body_ops(self, loop: While) -> tuple[str, ...]:
+        """The opcodes of the top-level instructions of ``loop``'s body, in program
+        order (``"fusion"``, ``"all-gather-start"``, ``"while"``, ...)."""
+        if self._ops_of is None:
+            raise ValueError("this Program was saved without its instructions (an "
+                             "older text-less file): compile it again to read them")
+        return self._ops_of.get(loop.body, ())
+
+    def time_loop(self) -> While:
+        """The outermost ``while`` loop that comes last in the program: a simulation's
+        or a training step's loop over time.  Raises ``ValueError`` if there is none."""
+        outer = [w for w in self.whiles if w.outer is None]
+        if not outer:
+            raise ValueError("no time loop (while) in this program")
+        return outer[-1]
+
     def constants(self, min_bytes: int = 1024) -> list[tuple[str, int]]:
         """Large ``constant`` instructions: arrays baked into the program itself.
 
@@ -402,7 +422,8 @@ class Program:
             out.update(collectives=[asdict(c) for c in self.collectives],
                        whiles=[asdict(w) for w in self.whiles],
                        constants=self._constants or [],
-                       enclosing={k: list(v) for k, v in self._enclosing.items()})
+                       enclosing={k: list(v) for k, v in self._enclosing.items()},
+                       ops={k: list(v) for k, v in (self._ops_of or {}).items()})
         return out
 
     @classmethod
@@ -421,4 +442,6 @@ class Program:
         prog.whiles = tuple(While(**w) for w in data["whiles"])
         prog._constants = [tuple(c) for c in data.get("constants", [])]
         prog._enclosing = {k: tuple(v) for k, v in data.get("enclosing", {}).items()}
+        prog._ops_of = ({k: tuple(v) for k, v in data["ops"].items()}
+                        if "ops" in data else None)  # older files: not saved
         return prog

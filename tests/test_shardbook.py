@@ -93,6 +93,68 @@ def test_brainpy_array_unwraps(mesh):
         shards.as_jax([1, 2])
 
 
+# A time loop (known trip count 10) whose body holds five fusions, an async all-gather,
+# a loop XLA could not bound and one it could: what the time model counts per step.
+CENSUS_HLO = """HloModule m, num_partitions=2
+
+%inner_body (a: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  ROOT %b = s32[] add(%a, %a)
+}
+
+%inner_cond (a: s32[]) -> pred[] {
+  %a = s32[] parameter(0)
+  ROOT %c = pred[] constant(true)
+}
+
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[8] get-tuple-element(%p), index=1
+  %f1 = f32[8] fusion(%x), kind=kLoop, calls=%inner_body
+  %f2 = f32[8] fusion(%f1), kind=kLoop, calls=%inner_body
+  %f3 = f32[8] fusion(%f2), kind=kLoop, calls=%inner_body
+  %f4 = f32[8] fusion(%f3), kind=kLoop, calls=%inner_body
+  %f5 = f32[8] fusion(%f4), kind=kLoop, calls=%inner_body
+  %g = f32[16] all-gather-start(%f5), dimensions={0}
+  %gd = f32[16] all-gather-done(%g)
+  %w = s32[] while(%i), condition=%inner_cond, body=%inner_body
+  %w3 = s32[] while(%i), condition=%inner_cond, body=%inner_body, backend_config={"known_trip_count":{"n":"3"}}
+  ROOT %t = (s32[], f32[8]) tuple(%w, %f5)
+}
+
+%cond (p: (s32[], f32[8])) -> pred[] {
+  %p = (s32[], f32[8]) parameter(0)
+  ROOT %c = pred[] constant(true)
+}
+
+ENTRY %main (x: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %x = (s32[], f32[8]) parameter(0)
+  ROOT %loop = (s32[], f32[8]) while(%x), condition=%cond, body=%body, \
+backend_config={"known_trip_count":{"n":"10"}}
+}
+"""
+
+
+def test_the_time_models_counts_are_read_by_the_one_reader():
+    prog = hlo.Program(CENSUS_HLO, "gpu")
+    loop = prog.time_loop()
+    assert loop.known_trip_count == 10 and loop.body == "body"
+    assert prog.body_ops(loop).count("fusion") == 5
+    got = book.coba.timemodel.census_counts(prog.text)
+    # five fusions are one CUDA graph; the all-gather and each inner while launch alone;
+    # only the unbounded while waits on the host
+    assert got == dict(kernels=8, launches=4, collectives=1, host_syncs=1)
+    # a text-less copy keeps the instructions; an older file without them refuses
+    back = hlo.Program.from_json(prog.to_json(text=False))
+    assert back.body_ops(back.time_loop()) == prog.body_ops(loop)
+    old = {k: v for k, v in prog.to_json(text=False).items() if k != "ops"}
+    with pytest.raises(ValueError, match="without its instructions"):
+        hlo.Program.from_json(old).body_ops(loop)
+    with pytest.raises(ValueError, match="no time loop"):
+        hlo.Program("ENTRY %main (p: f32[4]) -> f32[4] {\n}\n").time_loop()
+
+
 def test_hlo_collectives_per_step(mesh):
     w = jax.device_put(jnp.ones((16, 16)), NamedSharding(mesh, P(None, "x")))
     h0 = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P()))

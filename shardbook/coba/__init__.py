@@ -80,7 +80,6 @@ from .ledger import (
 )
 from .network import COBAHH, HH, FixedInDegree, build
 from .parameters import *  # noqa: F403  (the names of parameters.__all__)
-from .plots import plot_scaling
 from .push import DeliveryOverflow, PushCSR, SpikeExchange
 from .randomness import (
     bernoulli_k_max,
@@ -102,12 +101,10 @@ from .run import (
     regime,
 )
 from .sweep import (
-    DATA_FILE,
     REGIME_SCHEMA,
     SCHEMA,
     VARIANTS,
     device_memory,
-    load_scaling,
     measure_regime,
     measure_size,
     provenance,
@@ -116,7 +113,7 @@ from .sweep import (
 
 __all__ = [
     *parameters.__all__,
-    "CHUNK_FRACTION", "COBAHH", "DATA_FILE", "DeliveryOverflow", "EventCSR",
+    "CHUNK_FRACTION", "COBAHH", "DeliveryOverflow", "EventCSR",
     "FixedInDegree", "HH", "INDEX_BYTES_PER_SYNAPSE", "ISI_EDGES_MS", "PushCSR",
     "REGIME_SCHEMA", "SCHEMA", "SPIKE_BYTES_PER_NEURON", "STATE_BYTES_PER_NEURON",
     "SYNAPSES_PER_NEURON", "Simulation", "SpikeExchange", "VARIANTS", "bernoulli_k_max",
@@ -125,9 +122,9 @@ __all__ = [
     "device_memory", "event_bytes", "events", "fano_factor", "fingerprint",
     "fit_bytes_per_device", "gathered_bytes", "in_degree", "isi_histogram", "isis_ms",
     "kernels",
-    "ledger", "load_scaling", "local_csr", "measure_regime", "measure_size",
+    "ledger", "local_csr", "measure_regime", "measure_size",
     "measured_bytes", "model_bytes", "net_arrays", "network", "once", "parameters",
-    "peak_tolerance", "peer", "plot_scaling", "plots", "population_rate", "predict",
+    "peak_tolerance", "peer", "plots", "population_rate", "predict",
     "provenance", "push", "random_rows", "random_state", "random_state_axes",
     "randomness", "rate_hz", "regime", "regimes", "rows_capacity", "run",
     "sharded_random", "sweep", "timemodel", "timing", "validate_scaling",

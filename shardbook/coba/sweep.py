@@ -2,9 +2,7 @@
 measurement."""
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -22,7 +20,6 @@ from .parameters import DT, sizes
 from .run import Simulation
 
 SCHEMA = "shardbook.coba-scaling/1"
-DATA_FILE = Path("data") / "coba_scaling.json"  # relative to book/
 
 
 def device_memory() -> dict:
@@ -137,16 +134,6 @@ def validate_scaling(data: dict) -> dict:
     if missing:
         raise ValueError("scaling data file lacks: " + ", ".join(missing))
     return data
-
-
-def load_scaling(path) -> dict | None:
-    """The scaling data file at ``path``, validated; ``None`` if there is no such
-    file."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    with open(path) as f:
-        return validate_scaling(json.load(f))
 
 
 

@@ -110,10 +110,6 @@ def program_bytes(compiled) -> float:
     return float(cost["bytes accessed"])
 
 
-_WHILE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s+=\s+.*\swhile\(.*body=%?([\w.\-]+)")
-_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_COMP = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s+->\s+.*\{\s*$")
-_OP = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s+=\s+.+?\s+([a-z][\w\-]*)\(")
 _NOT_KERNELS = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant",
                 "all-gather-done", "all-reduce-done", "collective-permute-done",
                 "async-done", "copy-done", "partition-id", "replica-id", "after-all",
@@ -123,30 +119,19 @@ _COLLECTIVE = re.compile(r"^(all-gather|all-reduce|reduce-scatter|collective-per
 
 
 def census_counts(text: str) -> dict:
-    """Per step, from an optimized HLO text: ``kernels`` (top-level instructions of the
-    time loop's body that run as a kernel or a collective), ``collectives``, and
+    """Per step, from an optimized HLO text (read by :class:`shardbook.hlo.Program`):
+    ``kernels`` (top-level instructions of the time loop's body that run as a kernel
+    or a collective), ``launches`` (:func:`_launches`), ``collectives``, and
     ``host_syncs`` (``while`` loops without a known trip count inside the body)."""
-    bodies, lines_of, current = [], {}, None
-    for line in text.splitlines():
-        m = _COMP.match(line)
-        if m:
-            current = m.group(1)
-            lines_of[current] = []
-            continue
-        if current is not None:
-            lines_of[current].append(line)
-            w = _WHILE.match(line)
-            if w:
-                bodies.append((current, w.group(1), bool(_TRIP.search(line))))
-    inner = {b for _, b, _ in bodies}
-    outer = [b for parent, b, _ in bodies if parent not in inner]
-    if not outer:
-        raise ValueError("no time loop (while) in this program")
-    body = outer[-1]
-    ops = [m.group(1) for line in lines_of[body] if (m := _OP.match(line))]
+    from .. import hlo
+
+    prog = hlo.Program(text)
+    loop = prog.time_loop()
+    ops = prog.body_ops(loop)
     kernels = [op for op in ops if op not in _NOT_KERNELS]
     collectives = sum(bool(_COLLECTIVE.match(op)) for op in ops)
-    syncs = sum(1 for parent, _, known in bodies if parent == body and not known)
+    syncs = sum(1 for w in prog.whiles
+                if w.computation == loop.body and w.known_trip_count is None)
     return dict(
         kernels=len(kernels),
         launches=_launches(kernels),
