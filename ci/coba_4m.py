@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Four million COBA-HH neurons on 8 simulated CPU devices, with the push delivery.
 
-    python ci/coba_4m.py --out book/data/coba_4m.json  # under a minute on 2 cores, 4 GB
+    python ci/coba_4m.py --out book/data/coba_4m.json  # under a minute, 4 GB
 
 Not part of ./ci/test.  The network is chapter 4's million-neuron path at 4x the size:
 ``graph="rows"`` (each device draws its own block's synapses by presynaptic row), the
@@ -16,6 +16,7 @@ temporaries and peak of the compiled program against ``coba.predict``).
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -119,6 +120,8 @@ def main(argv=None) -> int:
         build_s=build_s,
         compile_s=sim.compile_s[args.steps],
         run_s=run_s,
+        # this process's peak resident memory (Linux reports KiB)
+        peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         s_per_sim_s=run_s / (args.steps * coba.DT * 1e-3),
         rate_hz=spikes / neurons / (args.steps * coba.DT * 1e-3),
         spikes_per_step=spikes / args.steps,

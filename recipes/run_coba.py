@@ -85,7 +85,8 @@ def main(argv=None) -> None:
                    help="network size: 3,360 E + 840 I neurons per unit")
     p.add_argument("--steps", type=int, default=1000, help="time steps of 0.1 ms")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--graph", default="fixed", help="fixed, bernoulli or rows")
+    p.add_argument("--graph", default="fixed",
+                   help="fixed, bernoulli or rows (rows needs --conn push or event)")
     p.add_argument("--conn", default="index",
                    help="the delivery: index (this recipe's default), push or event")
     p.add_argument("--start", default="rest", help="rest, random or kick")
