@@ -65,6 +65,7 @@ _CALL_SET_RE = re.compile(
     r"\b(?:calls|branch_computations|called_computations)=\{([^}]*)\}")
 _TRIPS_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?')
 _OP_NAME_RE = re.compile(r'op_name="([^"]*)"')
+_CUSTOM_TARGET_RE = re.compile(r'custom_call_target="([^"]+)"')
 
 
 def _bits(dtype: str) -> int:
@@ -193,7 +194,8 @@ class Program:
     compiler named (``Program(text, "gpu")``; ``None``: unknown).
 
     Attributes: ``compiler``, ``devices`` (partitions x replicas), ``collectives``
-    (:class:`Collective`), ``whiles`` (:class:`While`), ``memory`` (the
+    (:class:`Collective`), ``whiles`` (:class:`While`), ``custom_calls`` (the
+    targets of its ``custom-call`` instructions), ``memory`` (the
     ``memory_analysis()`` dict of :func:`shardbook.memory.compiled_memory`, when built
     from a compiled program), ``text``, and ``meta`` (where it was compiled: target,
     builder, compile seconds; filled by ``shardbook.gputarget``).
@@ -218,6 +220,7 @@ class Program:
     def _parse(self, text: str) -> None:
         calls: dict[str, set[str]] = {}
         ops_of: dict[str, list[str]] = {}  # each computation's opcodes, in order
+        custom_calls: set[str] = set()
         found, raw_whiles, async_calls, constants = [], [], set(), []
         current = None
         head = text.split("\n", 1)[0]
@@ -244,6 +247,9 @@ class Program:
                 continue
             name, type_str, op = m.group(1), m.group(2), m.group(3)
             ops_of[current].append(op)
+            if op == "custom-call":
+                target = _CUSTOM_TARGET_RE.search(line)
+                custom_calls.add(target.group(1) if target else "?")
             if op == "while":
                 body = re.search(r"\bbody=%?([\w.\-]+)", line).group(1)
                 cond = re.search(r"\bcondition=%?([\w.\-]+)", line)
@@ -266,6 +272,7 @@ class Program:
                 found.append((current, base, op.endswith("-start"), shapes))
         self._constants = constants
         self._ops_of = {k: tuple(v) for k, v in ops_of.items()}
+        self.custom_calls = tuple(sorted(custom_calls))
 
         def reach(start: str) -> set[str]:
             seen, stack = {start}, [start]
@@ -423,7 +430,8 @@ class Program:
                        whiles=[asdict(w) for w in self.whiles],
                        constants=self._constants or [],
                        enclosing={k: list(v) for k, v in self._enclosing.items()},
-                       ops={k: list(v) for k, v in (self._ops_of or {}).items()})
+                       ops={k: list(v) for k, v in (self._ops_of or {}).items()},
+                       custom_calls=list(self.custom_calls))
         return out
 
     @classmethod
@@ -444,4 +452,5 @@ class Program:
         prog._enclosing = {k: tuple(v) for k, v in data.get("enclosing", {}).items()}
         prog._ops_of = ({k: tuple(v) for k, v in data["ops"].items()}
                         if "ops" in data else None)  # older files: not saved
+        prog.custom_calls = tuple(data.get("custom_calls", ()))
         return prog

@@ -151,6 +151,11 @@ def test_the_time_models_counts_are_read_by_the_one_reader():
     old = {k: v for k, v in prog.to_json(text=False).items() if k != "ops"}
     with pytest.raises(ValueError, match="without its instructions"):
         hlo.Program.from_json(old).body_ops(loop)
+    assert prog.custom_calls == ()
+    call = hlo.Program("ENTRY %main (p: f32[4]) -> f32[4] {\n  ROOT %c = f32[4] "
+                       'custom-call(%p), custom_call_target="shardbook_coba_push"\n}\n')
+    assert call.custom_calls == ("shardbook_coba_push",)
+    assert hlo.Program.from_json(call.to_json(text=False)).custom_calls == call.custom_calls
     with pytest.raises(ValueError, match="no time loop"):
         hlo.Program("ENTRY %main (p: f32[4]) -> f32[4] {\n}\n").time_loop()
 

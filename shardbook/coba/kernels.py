@@ -36,7 +36,12 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["available", "why_not", "compact", "push", "api_version", "KernelError",
+           "FFI_PREFIX",
            "build_handlers", "register", "version_problem"]
+
+
+# the XLA FFI targets of the two kernels are this prefix + "compact" / "push"
+FFI_PREFIX = "shardbook_coba_"
 
 
 class KernelError(RuntimeError):
@@ -94,7 +99,7 @@ def register() -> str | None:
         for name, fn in funcs.items():
             capsule = jax.ffi.pycapsule(ctypes.cast(fn.address, ctypes.c_void_p).value)
             jax.ffi.register_ffi_target(
-                f"shardbook_coba_{name}", capsule, platform="cpu"
+                f"{FFI_PREFIX}{name}", capsule, platform="cpu"
             )
         _STATE["funcs"] = funcs  # keep the machine code alive while XLA may call it
         _self_test()
@@ -157,7 +162,7 @@ def compact(spikes, capacity: int):
         jax.ShapeDtypeStruct((capacity,), jnp.int32),
         jax.ShapeDtypeStruct((1,), jnp.int32),
     )
-    return jax.ffi.ffi_call("shardbook_coba_compact", out, vmap_method="sequential")(
+    return jax.ffi.ffi_call(FFI_PREFIX + "compact", out, vmap_method="sequential")(
         spikes
     )
 
@@ -172,5 +177,5 @@ def push(ids, indptr, indices, n_local: int):
         jax.ShapeDtypeStruct((n_local,), jnp.float32),
         jax.ShapeDtypeStruct((1,), jnp.int32),
     )
-    return jax.ffi.ffi_call("shardbook_coba_push", out, vmap_method="sequential")(
+    return jax.ffi.ffi_call(FFI_PREFIX + "push", out, vmap_method="sequential")(
         ids, indptr, indices)

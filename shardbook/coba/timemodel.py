@@ -41,6 +41,7 @@ __all__ = ["HARDWARE", "SOURCES", "Census", "Term", "fit_bytes", "program_bytes"
            "DEVICE_COUNTS", "predicted_bytes", "measure", "measure_at"]
 
 from ..hardware import HARDWARE, SOURCES, allgather_latency, link_seconds  # noqa: E402
+from . import kernels  # noqa: E402
 
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -93,10 +94,15 @@ def fit_bytes(counts, measured) -> tuple[float, float]:
 
 def program_bytes(compiled) -> float:
     """Bytes one device accesses in one run of a compiled program (XLA's cost analysis;
-    the body of a loop is counted once, that is, per step).  A program with a custom
-    call is refused: its cost is unknown to XLA, and would count as nothing."""
-    calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', compiled.as_text())))
-    if calls:  # HloCostAnalysis::HandleCustomCall marks a custom call's cost unknown
+    the body of a loop is counted once, that is, per step).  A program that calls the
+    push delivery's CPU kernels is refused: they are custom calls, whose cost XLA does
+    not know (``HloCostAnalysis::HandleCustomCall``), so their work would count as
+    nothing."""
+    from .. import hlo
+
+    calls = [t for t in hlo.Program(compiled.as_text()).custom_calls
+             if t.startswith(kernels.FFI_PREFIX)]
+    if calls:
         raise ValueError(
             "XLA's cost analysis counts no bytes inside a custom call "
             f"({', '.join(calls)}): compile the XLA path (the push delivery: "
