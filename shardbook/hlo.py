@@ -195,7 +195,8 @@ class Program:
 
     Attributes: ``compiler``, ``devices`` (partitions x replicas), ``collectives``
     (:class:`Collective`), ``whiles`` (:class:`While`), ``custom_calls`` (the
-    targets of its ``custom-call`` instructions), ``memory`` (the
+    targets of its ``custom-call`` instructions; ``None`` when read from an older
+    text-less file that did not keep them), ``memory`` (the
     ``memory_analysis()`` dict of :func:`shardbook.memory.compiled_memory`, when built
     from a compiled program), ``text``, and ``meta`` (where it was compiled: target,
     builder, compile seconds; filled by ``shardbook.gputarget``).
@@ -431,7 +432,7 @@ class Program:
                        constants=self._constants or [],
                        enclosing={k: list(v) for k, v in self._enclosing.items()},
                        ops={k: list(v) for k, v in (self._ops_of or {}).items()},
-                       custom_calls=list(self.custom_calls))
+                       custom_calls=list(self.custom_calls or ()))
         return out
 
     @classmethod
@@ -452,5 +453,6 @@ class Program:
         prog._enclosing = {k: tuple(v) for k, v in data.get("enclosing", {}).items()}
         prog._ops_of = ({k: tuple(v) for k, v in data["ops"].items()}
                         if "ops" in data else None)  # older files: not saved
-        prog.custom_calls = tuple(data.get("custom_calls", ()))
+        prog.custom_calls = (tuple(data["custom_calls"]) if "custom_calls" in data
+                             else None)  # older files: not saved, so not known
         return prog

@@ -9,6 +9,8 @@
   from the time model (page 4b fits its bytes on the XLA path, ``kernel="xla"``).
 """
 
+import re
+
 import pytest
 
 from shardbook import book
@@ -52,6 +54,25 @@ def test_a_window_with_one_silent_chunk_is_refused(monkeypatch, silent_from):
     monkeypatch.setattr(timing, "Simulation", FallsSilent)
     with pytest.raises(timing.SilentWindow, match=f"chunk {silent_from} of 3"):
         timing.time_steps({"push": dict(conn="push")}, **RUN)
+
+
+def test_any_custom_call_is_refused_not_only_the_books():
+    # a stand-in compiled program: XLA counts a library's custom call as nothing too
+    class Compiled:
+        def __init__(self, target):
+            self.text = ("ENTRY %main (p: f32[4]) -> f32[4] {\n  ROOT %c = f32[4] "
+                         f'custom-call(%p), custom_call_target="{target}"\n}}\n')
+
+        def as_text(self):
+            return self.text
+
+        def cost_analysis(self):
+            return {"bytes accessed": -1.0}
+
+    for target in ("shardbook_coba_push", "brainevent_numba_ffi_csrmv", "__cublas$gemm",
+                   ):
+        with pytest.raises(ValueError, match=re.escape(target)):
+            coba.timemodel.program_bytes(Compiled(target))
 
 
 def test_the_cost_analysis_of_a_custom_call_is_refused():

@@ -156,6 +156,8 @@ def test_the_time_models_counts_are_read_by_the_one_reader():
                        'custom-call(%p), custom_call_target="shardbook_coba_push"\n}\n')
     assert call.custom_calls == ("shardbook_coba_push",)
     assert hlo.Program.from_json(call.to_json(text=False)).custom_calls == call.custom_calls
+    unknown = {k: v for k, v in call.to_json(text=False).items() if k != "custom_calls"}
+    assert hlo.Program.from_json(unknown).custom_calls is None  # not (): not known
     with pytest.raises(ValueError, match="no time loop"):
         hlo.Program("ENTRY %main (p: f32[4]) -> f32[4] {\n}\n").time_loop()
 

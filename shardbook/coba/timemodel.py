@@ -41,7 +41,6 @@ __all__ = ["HARDWARE", "SOURCES", "Census", "Term", "fit_bytes", "program_bytes"
            "DEVICE_COUNTS", "predicted_bytes", "measure", "measure_at"]
 
 from ..hardware import HARDWARE, SOURCES, allgather_latency, link_seconds  # noqa: E402
-from . import kernels  # noqa: E402
 
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -94,14 +93,13 @@ def fit_bytes(counts, measured) -> tuple[float, float]:
 
 def program_bytes(compiled) -> float:
     """Bytes one device accesses in one run of a compiled program (XLA's cost analysis;
-    the body of a loop is counted once, that is, per step).  A program that calls the
-    push delivery's CPU kernels is refused: they are custom calls, whose cost XLA does
-    not know (``HloCostAnalysis::HandleCustomCall``), so their work would count as
-    nothing."""
+    the body of a loop is counted once, that is, per step).  A program with a custom
+    call is refused (the push delivery's CPU kernels, brainevent's, or a library
+    call): ``HloCostAnalysis::HandleCustomCall`` marks its cost unknown, so its work
+    would count as nothing."""
     from .. import hlo
 
-    calls = [t for t in hlo.Program(compiled.as_text()).custom_calls
-             if t.startswith(kernels.FFI_PREFIX)]
+    calls = hlo.Program(compiled.as_text()).custom_calls
     if calls:
         raise ValueError(
             "XLA's cost analysis counts no bytes inside a custom call "
