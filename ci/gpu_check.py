@@ -107,10 +107,11 @@ def sizes(dry: bool) -> dict:
 
 def prediction_jobs() -> dict:
     """Chapter 6's steps for one H200: its sizes for one device, and the largest COBA-HH
-    that chapter 4's ledger says fits in 75 % of 141 GB (chapter 6's ``N1``)."""
+    that chapter 4's ledger says fits in the book's budget of one H200
+    (``hardware.budget_bytes``, chapter 6's ``N1``)."""
     coba = book.coba
     n1 = book.memory.largest_fitting(lambda n: coba.fit_bytes_per_device(n, 1),
-                                     0.75 * 141e9, step=4200)
+                                     book.hardware.budget_bytes("h200"), step=4200)
     return {"dp": ("rnn_data_parallel", {}), "hidden": ("rnn_hidden", {}),
             "hidden_2d": ("rnn_hidden", {"two_d": True}), "fsdp": ("fsdp_mlp", {}),
             "coba": ("coba_hh", {}), "coba_1_gpu": ("coba_hh", {"neurons": n1})}

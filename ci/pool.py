@@ -195,7 +195,8 @@ def make_jobs(mode: str, notebooks: list[str], test_groups: list[list[str]],
 def kill_tree(pid: int) -> None:
     """SIGKILL a job's process group and every process it started, including those in
     a session of their own: jupyter_client starts a notebook's kernel with
-    ``start_new_session=True``, out of the job's process group."""
+    ``start_new_session=True``, out of the job's process group.  Returns once they
+    have ended (or after 10 s)."""
     try:
         import psutil  # pinned in requirements.txt
 
@@ -211,6 +212,8 @@ def kill_tree(pid: int) -> None:
             child.kill()
         except Exception:  # it has ended meanwhile
             pass
+    if tree:  # a SIGKILL is delivered when the process next runs: under load, later
+        psutil.wait_procs(tree, timeout=10)
 
 
 def positive_seconds(text: str) -> float:

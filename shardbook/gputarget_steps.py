@@ -152,11 +152,12 @@ def rnn_forward(target, B=None, T=None, I=None, H=None, O=None):
 
 
 def rnn_shard_map(target, B=None, T=None, I=None, H=None, O=None,
-                  overlap: bool = False):
+                  overlap: bool = False, forward: bool = False):
     """Chapter 3: the gradient of the hidden split written by hand (``jax.shard_map``,
     ``shardbook.rnn.pure.explicit_grad_fn``); ``overlap=True``: chapter 7's
-    collective matmul instead of the per-step all-gather."""
-    from .rnn.pure import explicit_grad_fn
+    collective matmul instead of the per-step all-gather; ``forward=True``: the loss
+    alone, forward only (page 3c's cost model counts its loop)."""
+    from .rnn.pure import explicit_grad_fn, explicit_hidden_loss
 
     c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O))
     B, T, I, H, O = (c[k] for k in ("B", "T", "I", "H", "O"))
@@ -165,6 +166,8 @@ def rnn_shard_map(target, B=None, T=None, I=None, H=None, O=None,
     params = _weights(target, I, H, O, _SPLIT)
     xs = target.struct((B, T, I), _F32, P())
     ys = target.struct((B, T, O), _F32, P())
+    if forward:
+        return jax.jit(explicit_hidden_loss(mesh, overlap=overlap)), (params, xs, ys)
     return explicit_grad_fn(mesh, overlap=overlap), (params, xs, ys)
 
 
@@ -188,22 +191,34 @@ def rnn_fsdp(target, B=None, T=None, I=None, H=None, O=None,
 
 
 def rnn_functional(target, B=None, T=None, I=None, H=None, O=None,
-                   lr=None, axis: str = "hidden", donate: bool = False):
+                   lr=None, axis: str = "hidden", donate: bool = False,
+                   explicit: bool = False):
     """Chapters 2 and 3: the pure Adam step (``rnn.pure.functional_step``) with the
-    hidden axis (``axis='hidden'``) or the batch (``'batch'``) split, donated or not."""
-    from .rnn.pure import functional_step
+    hidden axis (``axis='hidden'``), the batch (``'batch'``) or both (``'2d'``: a
+    ``('batch', 'hidden')`` mesh of ``mesh_shape_2d(n)``) split, donated or not.
+    ``explicit=True``: the hidden split written by hand, the loss of
+    ``rnn.pure.explicit_hidden_loss`` (``jax.shard_map``), on the ``'hidden'`` axis."""
+    from .rnn.pure import explicit_hidden_loss, functional_step
 
+    if axis not in ("hidden", "batch", "2d"):
+        raise ValueError(f"axis={axis!r}: give 'hidden', 'batch' or '2d'")
+    if explicit and axis != "hidden":
+        raise ValueError("explicit=True writes the hidden split by hand: axis='hidden'")
     c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
     B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
 
-    target.mesh((target.n,), (axis,))
-    params = _weights(target, I, H, O, _SPLIT if axis == "hidden" else {})
+    if axis == "2d":
+        mesh = target.mesh(mesh_shape_2d(target.n), ("batch", "hidden"))
+    else:
+        mesh = target.mesh((target.n,), (axis,))
+    params = _weights(target, I, H, O, {} if axis == "batch" else _SPLIT)
     opt = {"m": dict(params), "v": dict(params),
            "t": target.struct((), jnp.int32, P())}
-    data = P("batch") if axis == "batch" else P()
+    data = P() if axis == "hidden" else P("batch")
     xs = target.struct((B, T, I), _F32, data)
     ys = target.struct((B, T, O), _F32, data)
-    return functional_step(lr=lr, donate=donate), (params, opt, xs, ys)
+    options = dict(loss_fn=explicit_hidden_loss(mesh)) if explicit else {}
+    return functional_step(lr=lr, donate=donate, **options), (params, opt, xs, ys)
 
 
 def fsdp_mlp(target, B=None, D=None, layers=None, lr=1e-2, params_sharded: bool = True):

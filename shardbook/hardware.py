@@ -15,8 +15,9 @@ This module imports neither JAX nor BrainPy.
 """
 from __future__ import annotations
 
-__all__ = ["GPUS", "GPU_SOURCES", "HARDWARE", "SOURCES", "allgather_latency", "gpu",
-           "link_seconds", "ring_sent_bytes", "ring_traffic"]
+__all__ = ["GPUS", "GPU_SOURCES", "HARDWARE", "JAX_MEM_FRACTION", "SOURCES",
+           "allgather_latency", "budget_bytes", "gpu", "link_seconds",
+           "ring_sent_bytes", "ring_traffic", "sent_per_call"]
 
 # region: hardware.h200
 HARDWARE = dict(
@@ -102,6 +103,21 @@ GPU_SOURCES = {
 }
 
 
+# region: hardware.budget
+# JAX's default XLA_PYTHON_CLIENT_MEM_FRACTION (JAX docs, "GPU memory allocation"):
+# XLA's GPU allocator "will use up to" total_memory * memory_fraction bytes
+# (xla/pjrt/gpu/se_gpu_pjrt_client.cc), of the memory the device reports.
+JAX_MEM_FRACTION = 0.75
+
+
+def budget_bytes(name: str, fraction: float = JAX_MEM_FRACTION) -> float:
+    """The bytes one JAX process may allocate on GPU ``name``: ``fraction`` of the
+    memory the device reports (``memory_bytes``, XLA's device spec), the cap of XLA's
+    allocator whether it preallocates or not.  The book's one budget."""
+    return fraction * gpu(name)["memory_bytes"]
+# endregion
+
+
 def gpu(name: str) -> dict:
     """The figures of ``name`` (``'h200'`` or ``'h100_sxm'``)."""
     key = name.lower().replace("-", "_").replace(" ", "_")
@@ -157,6 +173,15 @@ def ring_sent_bytes(op: str, result_bytes: float, k: int) -> float:
         return result_bytes
     raise ValueError(f"no ring model for {op!r}")
 # endregion
+
+
+def sent_per_call(program, trips: int | None = None) -> float:
+    """Bytes one device sends per call of a compiled program
+    (``shardbook.hlo.Program``): each collective on a ring of its own replica group
+    (``Collective.group``; the program's devices where it names none), times the
+    trips of the loops around it (``trips`` for each, or each loop's known count)."""
+    return sum(ring_sent_bytes(c.op, c.nbytes, c.group or program.devices)
+               * program.trips_of(c, trips) for c in program.collectives)
 
 
 def ring_traffic(collectives, k: int) -> dict:

@@ -57,6 +57,8 @@ _BITS = {"pred": 8, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
 _COMP_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s+->\s+.*\{\s*$")
 _INSTR_RE = re.compile(
     r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s+=\s+(.+?)\s+([a-z][\w\-]*)\((.*)$")
+_GROUPS_RE = re.compile(
+    r"replica_groups=(\{[\d,{}\s]*\}|\[[\d,]+\]<=|mesh\[([^\]]*)\]\s*\{([^}]*)\})")
 _SHAPE_RE = re.compile(r"\b(pred|[a-z]+\d+[a-z0-9]*)\[([\d,]*)\]")
 _CALL_RE = re.compile(
     r"\b(?:calls|to_apply|body|condition|true_computation|false_computation)"
@@ -87,6 +89,34 @@ def shape_bytes(shape: str) -> int:
     dtype, dims = shape[:-1].split("[")
     n = math.prod(int(d) for d in dims.split(",") if d)
     return (n * _bits(dtype) + 7) // 8
+
+
+def _group_size(line: str, devices: int) -> int | None:
+    """How many devices one replica group of a collective instruction holds, in the
+    three forms XLA prints: a mesh and the axes the group spans
+    (``replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_1'}``: 4), the iota form
+    (``[2,4]<=[8]``: [groups, group size]) and a list (``{{0,1,2,3},{4,5,6,7}}``; ``{}``
+    is every device).  None where the instruction names no replica groups (a
+    collective permute names source-target pairs) or a form this reader does not
+    know."""
+    m = _GROUPS_RE.search(line)
+    if not m:
+        return None
+    g = m.group(1)
+    if g.startswith("mesh"):
+        sizes = dict(re.findall(r"'([\w]+)'=(\d+)", m.group(2)))
+        axes = re.findall(r"'([\w]+)'", m.group(3))
+        if not axes or any(a not in sizes for a in axes) or ":" in m.group(3):
+            return None
+        n = 1
+        for a in axes:
+            n *= int(sizes[a])
+        return n
+    if g.startswith("["):
+        return int(g[1:g.index("]")].split(",")[-1])
+    first = re.search(r"\{([\d,\s]*)\}", g).group(1)
+    ids = [x for x in first.split(",") if x.strip()]
+    return len(ids) if ids else devices
 
 
 def _split_top(s: str) -> list[str]:
@@ -130,6 +160,7 @@ class Collective:
     per_step: bool          # runs once per iteration of some loop
     shapes: tuple           # ("f32[8,840]", ...): every array of its RESULT
     nbytes: int             # bytes of its result on one device
+    group: int | None = None  # devices in its replica group; None: none named
 
     @property
     def shown_shapes(self) -> str:
@@ -270,7 +301,8 @@ class Program:
             base = op.removesuffix("-start")
             if base in COLLECTIVES:
                 shapes = _shapes(_result_type(op, type_str))
-                found.append((current, base, op.endswith("-start"), shapes))
+                found.append((current, base, op.endswith("-start"), shapes,
+                              _group_size(line, self.devices)))
         self._constants = constants
         self._ops_of = {k: tuple(v) for k, v in ops_of.items()}
         self.custom_calls = tuple(sorted(custom_calls))
@@ -308,7 +340,7 @@ class Program:
                 self._enclosing[comp] = self._enclosing.get(comp, ()) + (new[i],)
         async_comps = set().union(set(), *[reach(c) for c in async_calls])
         out = []
-        for comp, base, started, shapes in found:
+        for comp, base, started, shapes, group in found:
             loops = self._enclosing.get(comp, ())
             outer = [k for k in loops if self.whiles[k].outer is None]
             loop = min(outer) if outer else (min(loops) if loops else None)
@@ -316,7 +348,7 @@ class Program:
                 op=base, async_=started or comp in async_comps, computation=comp,
                 loop=loop, phase="once" if loop is None else self.whiles[loop].phase,
                 per_step=bool(loops), shapes=shapes,
-                nbytes=sum(shape_bytes(s) for s in shapes)))
+                nbytes=sum(shape_bytes(s) for s in shapes), group=group))
         self.collectives = tuple(out)
 
     # ------------------------------------------------------------------ views

@@ -62,6 +62,27 @@ def test_every_stored_verdict_was_measured_with_its_tolerance(margins):
             assert tol == want, f"{name} in {nb}: tolerance {tol}, measured with {want}"
 
 
+def misplaced(checks: dict, verdicts: dict) -> list:
+    """The checks whose record names a notebook other than the ones that print them."""
+    return [f"{name}: recorded in {checks[name]['notebook']}, printed by "
+            f"{sorted(nb for nb, _ in seen)}"
+            for name, seen in verdicts.items()
+            if name in checks
+            and Path(checks[name]["notebook"]).name not in {nb for nb, _ in seen}]
+
+
+def test_every_check_was_measured_in_the_notebook_that_prints_it(margins):
+    """A page split or renamed keeps its checks' names; their margins must then be
+    measured again where the checks now run (./ci/margins on those pages)."""
+    verdicts = stored_verdicts()
+    assert not misplaced(margins["checks"], verdicts)
+    # planted: the record of chapter 3 before it was split into pages
+    name = next(iter(verdicts))
+    old = {**margins["checks"], name: {**margins["checks"][name],
+                                       "notebook": "book/03-model-parallelism.ipynb"}}
+    assert misplaced(old, verdicts)
+
+
 def test_every_tolerance_is_at_least_ten_times_the_worst_case(margins):
     low = {
         k: c["margin"]

@@ -354,3 +354,28 @@ def test_device_memory_stats_says_what_each_platform_keeps():
         book.memory.device_memory_stats([Dev("gpu", None)])  # planted: a silent skip
     with pytest.raises(AssertionError, match="keep memory statistics"):
         book.memory.device_memory_stats([Dev("cpu", {"bytes_in_use": 0})])
+
+
+def test_hlo_reads_each_replica_group_form_and_the_bytes_sent():
+    """A collective's group size in the three forms XLA prints, and what one device
+    sends on a ring of that group (hardware.sent_per_call).  Planted: reading every
+    collective as spanning all devices would charge the 2-D mesh's batch all-reduce
+    over 2 devices as over 8."""
+    from shardbook import book
+
+    text = """HloModule m, num_partitions=8
+ENTRY %main (p: f32[8]) -> f32[8] {
+  %a = f32[100]{0} all-reduce(f32[100]{0} %p), replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, to_apply=%add
+  %b = f32[100]{0} all-gather(f32[25]{0} %p), replica_groups=[2,4]<=[8], dimensions={0}
+  %c = f32[10]{0} reduce-scatter(f32[80]{0} %p), replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}
+  %d = f32[8]{0} collective-permute(f32[8]{0} %p), source_target_pairs={{0,1},{1,0}}
+  %e = f32[4]{0} all-reduce(f32[4]{0} %p), replica_groups={}, to_apply=%add
+}"""
+    prog = hlo.Program(text, "cpu")
+    assert [c.group for c in prog.collectives] == [2, 4, 8, None, 8]
+    hw = book.hardware
+    sent = hw.sent_per_call(prog)
+    assert sent == (2 * 1 / 2 * 400 + 3 / 4 * 400 + 7 * 40 + 32 + 2 * 7 / 8 * 16)
+    everywhere = sum(hw.ring_sent_bytes(c.op, c.nbytes, prog.devices)
+                     for c in prog.collectives)
+    assert everywhere != sent  # the planted reading differs

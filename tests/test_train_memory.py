@@ -150,6 +150,21 @@ def test_temporaries_bound_can_be_left_out_for_other_compilers():
     tm.check(tight, compiled, temporaries=False)
 
 
+@pytest.mark.parametrize("k,axis", [(4, "hidden"), (4, "batch")])
+def test_the_floor_fails_a_model_that_predicts_too_much(k, axis):
+    """check(floor=True) bounds the temporaries from below too: at least one state
+    array per step.  Planted: activations not divided by the split, a model whose
+    upper bound the measured temporaries still pass."""
+    compiled = _bm_step(k, axis)
+    p = tm.predict(I, H, O, B, T, **_shards(k, axis))
+    tm.check(p, compiled, floor=True)
+    high = dataclasses.replace(p, activations=k * p.activations,
+                               temporaries=k * p.temporaries)
+    tm.check(high, compiled)  # from above only: the planted model passes
+    with pytest.raises(AssertionError, match="below"):
+        tm.check(high, compiled, floor=True)
+
+
 def test_a_changed_table_entry_changes_the_check(tmp_path, monkeypatch):
     """The bound is read from the expectations table for the program's compiler:
     without the donated step's gradient buffers (donated_grads = 0) it fails."""
