@@ -58,7 +58,7 @@ GRAPHS = [
     ),
     dict(
         name="rows",
-        build=dict(scale=0.2, graph="rows", conn="event", start="random"),
+        build=dict(scale=0.2, graph="rows", conn="push", start="random"),
         skip=500,
         window=50,
         after=50,
