@@ -225,6 +225,7 @@ def coba_part(cfg: dict) -> dict:
     the population spike count per step (reduced inside the program: replicated),
     this process's own neurons (``addressable_shards``: no communication), and the
     whole ``[T, N]`` raster (``process_allgather``: every process receives all of it).
+    With ``coba_out_dir`` it saves the gathered raster and membrane potentials there.
     """
     import jax
     import numpy as np
@@ -236,7 +237,7 @@ def coba_part(cfg: dict) -> dict:
     if jax.process_index() == cfg["coba_shift_process"]:
         seed += 1          # a planted bug for the tests: this process draws others
     net = coba.build(jax.devices(), scale=cfg["coba_scale"], seed=seed)
-    sim = coba.Simulation(net, record=("spike", "rate"))
+    sim = coba.Simulation(net, record=("spike", "rate", "V"))
     out = sim.run(cfg["coba_steps"])
 
     report = {}
@@ -267,6 +268,9 @@ def coba_part(cfg: dict) -> dict:
             name = f"p{jax.process_index()}_{pop}.npy"
             path = os.path.join(cfg["coba_out_dir"], name)
             np.save(path, np.packbits(np.asarray(whole, dtype=bool), axis=-1))
+            # the membrane potentials too, [T, N] float32, for the identity check
+            v = multihost_utils.process_allgather(out[f"{pop}.V"], tiled=True)
+            np.save(path.replace(".npy", "_V.npy"), np.asarray(v))
     return report
 # endregion
 

@@ -137,6 +137,13 @@ def test_the_book_lies_inside_brian2s_spread():
         ]
         with pytest.raises(AssertionError, match="rate"):
             R.within_reference(shifted, brian, what="planted: 1.5 x the rate")
+        agree = R.means_agree(mine, brian)  # the means, within 3 standard errors
+        assert all(abs(d) < 0.1 for d, _ in agree.values()), agree
+        # planted: every run 25 % faster
+        faster = [dict(r, stats=dict(r["stats"], rate=1.25 * r["stats"]["rate"]))
+                  for r in mine]
+        with pytest.raises(AssertionError, match="rate"):
+            R.means_agree(faster, brian)
 
 
 def test_stored_files_match_their_schemas():

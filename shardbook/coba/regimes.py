@@ -54,6 +54,7 @@ __all__ = [
     "attribution",
     "dt_convergence",
     "within_reference",
+    "means_agree",
     "rate_check",
     "validate",
     "load",
@@ -332,6 +333,28 @@ def within_reference(
         f"{what}: {len(list(book_runs))} run(s), {', '.join(stats)} inside the "
         f"reference's {coverage:.1%} tolerance interval ({len(reference_runs)} seeds)"
     )
+
+
+def means_agree(book_runs, reference_runs, stats=STATS, k: float = 3.0) -> dict:
+    """The book's mean of each statistic against the reference's: the relative
+    difference and its standard error (Welch, independent seeds on both sides).
+    Raises ``AssertionError`` where a difference exceeds ``k`` standard errors; a far
+    sharper test of the mean than :func:`within_reference`'s interval, which must hold
+    every single run.  Returns {stat: (relative difference, its standard error)}."""
+    out, bad = {}, []
+    for s in stats:
+        (m, sd, n), (m0, sd0, n0) = (
+            (*_mean_sd([r["stats"][s] for r in rs]), len(rs))
+            for rs in (book_runs, reference_runs))
+        se = math.sqrt(sd**2 / n + sd0**2 / n0)
+        out[s] = ((m - m0) / m0, se / m0)
+        if abs(m - m0) > k * se:
+            bad.append(f"{s}: {m:.4g} against {m0:.4g}, "
+                       f"{abs(m - m0) / se:.1f} se apart")
+    if bad:
+        raise AssertionError(f"the means differ by more than {k:g} se: "
+                             + "; ".join(bad))
+    return out
 
 
 # ------------------------------------------------------------------ planted synchrony
