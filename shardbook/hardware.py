@@ -85,8 +85,9 @@ def _gpu_sources(key: str, datasheet: str, memory: str, **more: str) -> dict:
                       "989 dense",
         "l2_bytes": f"{spec}: l2_cache_size {GPUS[key]['l2_bytes']}; NVIDIA Hopper "
                     "architecture whitepaper: 50 MB L2",
-        "memory_bytes": f"{spec}: device_memory_size {GPUS[key]['memory_bytes']}, what "
-                        "cudaMemGetInfo reports as total",
+        "memory_bytes": f"{spec}: device_memory_size {GPUS[key]['memory_bytes']} "
+                        "(XLA's spec value; a real GPU's cudaMemGetInfo total can be "
+                        "a little lower, so budgets near it are checked on hardware)",
         "memory_datasheet_bytes": f"{datasheet}: {memory}",
     }
 
@@ -179,9 +180,17 @@ def sent_per_call(program, trips: int | None = None) -> float:
     """Bytes one device sends per call of a compiled program
     (``shardbook.hlo.Program``): each collective on a ring of its own replica group
     (``Collective.group``; the program's devices where it names none), times the
-    trips of the loops around it (``trips`` for each, or each loop's known count)."""
-    return sum(ring_sent_bytes(c.op, c.nbytes, c.group or program.devices)
-               * program.trips_of(c, trips) for c in program.collectives)
+    trips of the loops around it (``trips`` for each, or each loop's known count).
+    Raises ``ValueError`` for a collective whose group the reader could not read,
+    rather than guessing every device."""
+    total = 0.0
+    for c in program.collectives:
+        if c.group is None and c.op != "collective-permute":
+            raise ValueError(f"{c.op} in {c.computation}: its replica groups are in a "
+                             "form shardbook.hlo does not read")
+        total += (ring_sent_bytes(c.op, c.nbytes, c.group or 2)
+                  * program.trips_of(c, trips))
+    return total
 
 
 def ring_traffic(collectives, k: int) -> dict:

@@ -96,9 +96,11 @@ def _group_size(line: str, devices: int) -> int | None:
     three forms XLA prints: a mesh and the axes the group spans
     (``replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_1'}``: 4), the iota form
     (``[2,4]<=[8]``: [groups, group size]) and a list (``{{0,1,2,3},{4,5,6,7}}``; ``{}``
-    is every device).  None where the instruction names no replica groups (a
-    collective permute names source-target pairs) or a form this reader does not
-    know."""
+    is every device).  An instruction without ``replica_groups`` spans every device
+    (HLO's default).  None for a form this reader does not know (a sub-axis such as
+    ``{'axis_1':(1)2}``): :func:`shardbook.hardware.sent_per_call` then refuses."""
+    if "replica_groups=" not in line:
+        return devices
     m = _GROUPS_RE.search(line)
     if not m:
         return None
@@ -160,7 +162,7 @@ class Collective:
     per_step: bool          # runs once per iteration of some loop
     shapes: tuple           # ("f32[8,840]", ...): every array of its RESULT
     nbytes: int             # bytes of its result on one device
-    group: int | None = None  # devices in its replica group; None: none named
+    group: int | None = None  # devices in its replica group; None: not read
 
     @property
     def shown_shapes(self) -> str:
@@ -301,8 +303,9 @@ class Program:
             base = op.removesuffix("-start")
             if base in COLLECTIVES:
                 shapes = _shapes(_result_type(op, type_str))
-                found.append((current, base, op.endswith("-start"), shapes,
-                              _group_size(line, self.devices)))
+                group = (None if base == "collective-permute"  # source-target pairs
+                         else _group_size(line, self.devices))
+                found.append((current, base, op.endswith("-start"), shapes, group))
         self._constants = constants
         self._ops_of = {k: tuple(v) for k, v in ops_of.items()}
         self.custom_calls = tuple(sorted(custom_calls))

@@ -307,8 +307,9 @@ def check(predicted: TrainBytes, compiled, *, rtol: float = 1e-3,
     requires it; ``False`` skips it.  ``floor=True`` also bounds them from below, on
     any compiler: they hold at least one of the three ``(T, B, H/k)`` activation
     arrays, the state of every step that reverse mode keeps (tanh's derivative is
-    computed from it; XLA:CPU keeps about two of the three, XLA:GPU 0.34 of them,
-    ``rnn.hidden.temporaries``), so a model that predicts far too much fails too.
+    computed from it; XLA:CPU keeps about two of the three; XLA:GPU, 0.34 times the
+    three together, about one, ``rnn.hidden.temporaries``, so the floor is close there),
+    so a model that predicts far too much fails too.
     Returns the measured dict.
     """
     from .expect import ExpectationMissing

@@ -28,7 +28,8 @@ def test_the_recipes_step_has_only_the_spike_exchange():
     assert sim.net.conn_kind == "push"  # COBAHH's default, chapter 4's fastest delivery
     prog = book.Program(sim.compile(5))
     ids = book.coba.push.gathered_ids(sim.net.n_exc, sim.net.n_inh, len(devices))
-    # the exchange of spike indices, E and I, and nothing else in the step
+    # the exchange of spike indices, E and I, and nothing else in the step; on one
+    # device too (the entry's single_device = "as listed": XLA:CPU keeps them)
     print(book.expect.check("coba.push.step", prog, **ids))
     # the planted mistake: a rate summed inside the step is an all-reduce per step
     rate = book.coba.Simulation(sim.net, record=("count", "rate")).compile(5)

@@ -379,3 +379,9 @@ ENTRY %main (p: f32[8]) -> f32[8] {
     everywhere = sum(hw.ring_sent_bytes(c.op, c.nbytes, prog.devices)
                      for c in prog.collectives)
     assert everywhere != sent  # the planted reading differs
+    # a form the reader does not know is refused, not read as every device
+    sub_axis = text.replace("{'axis_0'}", "{'axis_1':(1)2}")
+    unread = hlo.Program(sub_axis, "cpu")
+    assert unread.collectives[0].group is None
+    with pytest.raises(ValueError, match="replica groups"):
+        hw.sent_per_call(unread)
