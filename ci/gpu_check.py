@@ -186,8 +186,11 @@ def _mem_row(model, size, compiled, run, ledger=None) -> dict:
     peak = after.get("peak_bytes_in_use")
     in_use = before.get("bytes_in_use")
     measured = None if peak is None else peak - in_use + analysis["arguments"]
+    # bytes_limit: the allocator's real cap, against which the book's budget
+    # (hardware.budget_bytes, from XLA's spec) is checked once a GPU has run this
     return dict(model=model, size=size, analysis=analysis, ledger=ledger,
                 bytes_in_use_before=in_use, peak_bytes_in_use=peak,
+                bytes_limit=after.get("bytes_limit"),
                 measured=measured, masked=None if peak is None else peak <= high,
                 ratio=None if not measured else measured / analysis["total"])
 
