@@ -92,7 +92,11 @@ def _mask_edges(counts, n_pre):
 
 def _event_edges(indptr, indices, n_pre):
     s = jnp.arange(indices.shape[0], dtype=jnp.int32)
-    row = jnp.searchsorted(indptr, s, side="right").astype(jnp.int32) - 1
+    # the row of synapse s: how many rows start at or before it, less one; a scatter of
+    # the row starts and a running sum count them in one pass (a searchsorted of
+    # every synapse costs log2(n_pre) passes: 10 s at a million neurons on a CPU)
+    starts = jnp.zeros(indices.shape, jnp.int32).at[indptr[1:]].add(1, mode="drop")
+    row = jnp.cumsum(starts, dtype=jnp.int32)
     valid = (s < indptr[n_pre]).astype(jnp.int32)  # past the last row: padding, room
     return jnp.clip(row, 0, n_pre - 1), indices, valid
 
