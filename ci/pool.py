@@ -228,27 +228,10 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def worker_cpus(workers: int, pin: bool = True) -> dict[int, set[int]]:
-    """The cores of each worker (1..workers): this process's cores dealt out in turn,
-    or none (no pinning) when ``pin`` is off or there are fewer cores than workers.
-
-    Why pin: XLA:CPU sizes its thread pools by the cores a process may use.  Two jobs
-    that each see both cores of a 2-core machine run four busy pools on two cores, and
-    spend the difference switching; on one core each, a notebook measured here ran on
-    10 % less CPU time (04b: 157 s of CPU on one core, 174 s on two).  A job's children
-    inherit its cores."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if not pin or workers < 2 or len(cores) < workers:
-        return {}
-    return {w: set(cores[w - 1::workers]) for w in range(1, workers + 1)}
-
-
-def run(jobs: list[Job], workers: int, timeout_s: float = JOB_TIMEOUT_S,
-        cpus: dict[int, set[int]] | None = None) -> list[Job]:
+def run(jobs: list[Job], workers: int, timeout_s: float = JOB_TIMEOUT_S) -> list[Job]:
     """Run the jobs, ``workers`` at a time, in the order given; returns them done.
     A job still running after ``timeout_s`` is killed, with every process it started,
-    and fails.  ``cpus``: the cores each worker's jobs run on (:func:`worker_cpus`)."""
-    cpus = cpus or {}
+    and fails."""
     queue = list(jobs)
     lock = threading.Lock()
     running: dict[int, subprocess.Popen] = {}
@@ -261,8 +244,7 @@ def run(jobs: list[Job], workers: int, timeout_s: float = JOB_TIMEOUT_S,
     def launch(w: int, job: Job) -> int:
         """Run one job on worker ``w``, its output in its log; its exit status."""
         with open(job.log, "w") as log:
-            proc = subprocess.Popen(_pinned(job.argv, cpus.get(w)), cwd=ROOT,
-                                    env={**os.environ, **job.env},
+            proc = subprocess.Popen(job.argv, cwd=ROOT, env={**os.environ, **job.env},
                                     stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             with lock:
@@ -330,20 +312,6 @@ def run(jobs: list[Job], workers: int, timeout_s: float = JOB_TIMEOUT_S,
     return jobs
 
 
-_PIN = ("import os, sys; "
-        "os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')}); "
-        "os.execvp(sys.argv[2], sys.argv[2:])")
-
-
-def _pinned(argv: list[str], cores) -> list[str]:
-    """``argv``, run on ``cores`` (none: as it is).  A small Python sets the affinity
-    and execs the job, which keeps it, as do its children (no preexec_fn: it is unsafe
-    in this threaded parent)."""
-    if not cores:
-        return list(argv)
-    return [sys.executable, "-c", _PIN, ",".join(map(str, sorted(cores))), *argv]
-
-
 def test_files(root: Path = ROOT) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in (root / "tests").glob("test_*.py"))
 
@@ -391,14 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs = make_jobs(args.mode, args.notebooks, groups, junit_dir, log_dir, est,
                      book=args.book)
     workers = max(1, min(args.workers, len(jobs)))
-    cpus = worker_cpus(workers, os.environ.get("BOOK_PIN_WORKERS", "1") != "0")
-    if cpus:
-        print("[test] each worker on its own cores (BOOK_PIN_WORKERS=0 turns it off): "
-              + ", ".join(f"{w}: {sorted(c)}" for w, c in cpus.items()), flush=True)
     print(f"[test] {len(jobs)} jobs on {workers} workers, longest first: "
           + ", ".join(f"{j.name} ~{j.estimate:.0f} s" for j in jobs), flush=True)
     t0 = time.monotonic()
-    run(jobs, workers, args.job_timeout, cpus)
+    run(jobs, workers, args.job_timeout)
     wall = time.monotonic() - t0
     for job in jobs:
         if job.is_tests or job.status != "passed":

@@ -73,27 +73,3 @@ def test_a_bad_job_timeout_is_refused():
         with pytest.raises(argparse.ArgumentTypeError, match="BOOK_JOB_TIMEOUT_S"):
             pool.positive_seconds(bad)
     assert pool.positive_seconds("900") == 900.0
-
-
-def test_each_worker_runs_on_its_own_cores_and_its_jobs_keep_them(tmp_path,
-                                                                  monkeypatch):
-    monkeypatch.setattr(pool.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 5})
-    assert pool.worker_cpus(2) == {1: {0, 2, 5}, 2: {1, 3}}  # every core, disjoint
-    assert pool.worker_cpus(5) == {w: {c} for w, c in zip(range(1, 6), (0, 1, 2, 3, 5))}
-    assert pool.worker_cpus(6) == {}  # fewer cores than workers: not pinned
-    assert pool.worker_cpus(2, pin=False) == {} and pool.worker_cpus(1) == {}
-    monkeypatch.undo()
-    # a job started on core {c} reports {c}, and so does its child
-    core = min(pool.os.sched_getaffinity(0))
-    out = tmp_path / "cores"
-    probe = ("import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), "
-             "subprocess.run([sys.executable, '-c', 'import os; "
-             "print(sorted(os.sched_getaffinity(0)))'], capture_output=True, "
-             "text=True).stdout.strip())")
-    cmd = f"{pool.sys.executable} -c \"{probe}\" > {out}"
-    job = pool.Job("probe", ["bash", "-c", cmd], {}, 0.0, tmp_path / "p.xml",
-                   tmp_path / "p.log")
-    pool.run([job], workers=1, cpus={1: {core}})
-    assert job.status == "passed"
-    assert out.read_text().split() == [f"[{core}]", f"[{core}]"]
-    assert pool._pinned(["true"], None) == ["true"]  # no cores: the job as it is
