@@ -266,7 +266,23 @@ def _compile_job(job: dict, target: Target):
             "kwargs": job.get("kwargs", {}), "compile_s": time.perf_counter() - t1,
             "build_s": t1 - t0,
             "mesh": {k: int(v) for k, v in dict(mesh.shape).items()} if mesh else {}}
+    bytes_accessed = _bytes_accessed(compiled)
+    if bytes_accessed is not None:   # XLA:CPU's cost analysis; a GPU target has none
+        meta["bytes_accessed"] = bytes_accessed
     return Program(compiled, meta=meta)
+
+
+def _bytes_accessed(compiled) -> float | None:
+    """The ``"bytes accessed"`` of XLA's cost analysis of ``compiled``, or None."""
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:   # a compile-only GPU target may refuse to analyse
+        return None
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    if not cost or "bytes accessed" not in cost:
+        return None
+    return float(cost["bytes accessed"])
 
 
 def _run_job(job: dict, target: Target) -> dict:
@@ -407,11 +423,14 @@ def _cache_dir() -> Path | None:
 
 def cache_key(job: dict) -> str:
     # XLA:CPU's own flags (the portability gate's vector ISA) cannot change a GPU
-    # program
+    # program; a CPU job ("target": "cpu") keeps them
+    cpu_flags = ("--xla_force_host_platform",) if job.get("target") == "cpu" else \
+        ("--xla_cpu_", "--xla_force_host_platform")
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-             if not f.startswith(("--xla_cpu_", "--xla_force_host_platform"))]
+             if not f.startswith(cpu_flags)]
     parts = [json.dumps(job, sort_keys=True), source_digest(), _stamp_text(),
-             spec_text(job.get("target", "h200")), " ".join(flags)]
+             "" if job.get("target") == "cpu" else spec_text(job.get("target", "h200")),
+             " ".join(flags)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
@@ -459,8 +478,11 @@ def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Jobs:
     """Start compiling ``jobs`` for GPU targets in ONE child process; return at once.
 
     Each job: ``{"builder": "module:function", "kwargs": {...}, "target": "h200",
-    "devices": 8, "hosts": 1}``.  The child gets ``JAX_PLATFORMS=cpu`` and the
-    wheels' folder on its ``PYTHONPATH``; nothing changes in this process.
+    "devices": 8, "hosts": 1}``; ``"target": "cpu"`` compiles for the child's first
+    ``devices`` simulated CPU devices instead (XLA:CPU, whose ``cost_analysis()`` bytes
+    go into ``meta["bytes_accessed"]``), cached the same way.  The child gets
+    ``JAX_PLATFORMS=cpu`` and the wheels' folder on its ``PYTHONPATH``; nothing
+    changes in this process.
     ``timeout`` bounds the whole child, counted from now.  The cache is read first,
     so jobs it holds need no wheels (a hosted reader without them still reads the
     book's programs); raises :class:`GpuTargetError` at once if some job is not

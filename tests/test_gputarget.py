@@ -271,7 +271,11 @@ def test_the_cache_key_covers_the_source_and_flags(monkeypatch):
     assert gt.cache_key(job) != key
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=SSE4_2")  # the portability gate
     assert gt.cache_key(job) == key
+    cpu_job = {**job, "target": "cpu"}  # an XLA:CPU job: the ISA is part of its key
+    assert gt.cache_key(cpu_job) != gt.cache_key(job)
+    isa = gt.cache_key(cpu_job)
     monkeypatch.delenv("XLA_FLAGS")
+    assert gt.cache_key(cpu_job) != isa
     monkeypatch.setattr(gt, "source_digest", lambda: "an edited package")
     assert gt.cache_key(job) != key
     monkeypatch.setenv("BOOK_GPU_CACHE", "0")

@@ -93,19 +93,28 @@ def fit_bytes(counts, measured) -> tuple[float, float]:
 
 def program_bytes(compiled) -> float:
     """Bytes one device accesses in one run of a compiled program (XLA's cost analysis;
-    the body of a loop is counted once, that is, per step).  A program with a custom
-    call is refused (the push delivery's CPU kernels, brainevent's, or a library
-    call): ``HloCostAnalysis::HandleCustomCall`` marks its cost unknown, so its work
-    would count as nothing."""
+    the body of a loop is counted once, that is, per step).  ``compiled`` is a
+    ``jax.stages.Compiled``, or a :class:`shardbook.hlo.Program` that
+    ``shardbook.gputarget`` compiled (it keeps the analysis in
+    ``meta["bytes_accessed"]``).  A program with a custom call is refused (the push
+    delivery's CPU kernels, brainevent's, or a library call):
+    ``HloCostAnalysis::HandleCustomCall`` marks its cost unknown, so its work would
+    count as nothing."""
     from .. import hlo
 
-    calls = hlo.Program(compiled.as_text()).custom_calls
+    prog = compiled if isinstance(compiled, hlo.Program) else \
+        hlo.Program(compiled.as_text())
+    calls = prog.custom_calls
     if calls:
         raise ValueError(
             "XLA's cost analysis counts no bytes inside a custom call "
             f"({', '.join(calls)}): compile the XLA path (the push delivery: "
             "kernel='xla'), the one a GPU runs, to count its work")
-    cost = compiled.cost_analysis()
+    if isinstance(compiled, hlo.Program):
+        cost = {"bytes accessed": compiled.meta["bytes_accessed"]} \
+            if "bytes_accessed" in compiled.meta else None
+    else:
+        cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):
         cost = cost[0]
     if not cost or "bytes accessed" not in cost:
@@ -254,25 +263,22 @@ def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
                **kwargs) -> tuple[Census, dict]:
     """:func:`measure` at a size too large to build: each program is built small and
     traced at ``neurons`` (``shardbook.gputarget_steps.coba_hh``, the GPU-target
-    builder), then compiled for this process's first ``n`` CPU devices.  Nothing of
-    that size is allocated; ``cost_analysis()`` counts the program at that size.
+    builder), then compiled for the first ``n`` of 8 simulated CPU devices.  Nothing
+    of that size is allocated; ``cost_analysis()`` counts the program at that size.
+
+    The compiles are XLA:CPU jobs of ``shardbook.gputarget`` (``"target": "cpu"``):
+    they run in its child process, and its compile cache keeps each answer under the
+    digest of the job, the package's source and ``XLA_FLAGS``, so an unchanged tree
+    reads them (``meta["cache"]`` says so) instead of compiling them again.
     """
-    import jax
+    from .. import gputarget
 
-    from .. import gputarget, gputarget_steps
-
-    measured, text = {}, None
-    for n in counts:
-        target = gputarget.Target("cpu")
-        target.devices, target.n = target.devices[:n], n
-        fn, args = gputarget_steps.coba_hh(
-            target, conn=conn, neurons=neurons, steps=steps, **kwargs
-        )
-        compiled = fn.trace(*args).lower().compile()
-        measured[n] = program_bytes(compiled)
-        text = compiled.as_text()
-        del compiled
-    jax.clear_caches()
+    jobs = [dict(builder="shardbook.gputarget_steps:coba_hh", target="cpu", devices=n,
+                 kwargs=dict(conn=conn, neurons=neurons, steps=steps, **kwargs))
+            for n in counts]
+    progs = gputarget.compile_jobs(jobs, timeout=900)
+    measured = {n: program_bytes(p) for n, p in zip(counts, progs)}
+    text = progs[-1].text
     census = _census(conn, neurons, measured, text,
                      "XLA:CPU cost_analysis of the program traced at size", kwargs)
     return census, measured
