@@ -66,7 +66,7 @@ GRAPHS = [
     ),
 ]
 # the "rows" network again, process 1 drawing its part from seed + 1 (a planted bug):
-# the same shapes, so the same programs as "rows", only other numbers
+# the same shapes as "rows", only other numbers (each Simulation compiles its own step)
 SHIFTED = dict(GRAPHS[1], name="rows-shifted", shift_process=1, checkpoint=False)
 
 

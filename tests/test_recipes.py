@@ -8,6 +8,7 @@ recipes/train_rnn.py in two processes on this machine with the environment that 
 would set (on CPU, loopback only).
 """
 
+import functools
 import os
 import py_compile
 import re
@@ -331,6 +332,26 @@ def _load(path):
     return mod
 
 
+@functools.cache
+def one_process_coba(scale: float, steps: int) -> dict:
+    """The recipe's network (seed 0) run in this process on 2 of its devices: the
+    spike raster of each population, as numpy.  Cached: test_slurm.py's srun run
+    (the same network, 2 ranks x 1 device) compares with the same reference, so a
+    session that runs both computes it once; the arrays are read-only."""
+    import jax
+    import numpy as np
+
+    from shardbook import book
+
+    coba = book.coba
+    net = coba.build(jax.devices()[:2], scale=scale, seed=0)
+    out = coba.Simulation(net, record=("spike",)).run(steps)
+    ref = {pop: np.asarray(out[f"{pop}.spike"]).copy() for pop in ("E", "I")}
+    for x in ref.values():
+        x.flags.writeable = False
+    return ref
+
+
 def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     """mpiexec.gforker (MPICH, PyPI) runs COBA-HH in 2 ranks x 1 CPU device.
 
@@ -363,17 +384,12 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     check_loopback_only(seen, port)
 
     # the same network in this process, on 2 of its devices
-    import jax
     import numpy as np
 
-    from shardbook import book
-
-    coba = book.coba
-    net = coba.build(jax.devices()[:2], scale=scale, seed=0)
-    ref = coba.Simulation(net, record=("spike",)).run(steps)
+    ref = one_process_coba(scale, steps)
     ranks, whole = {}, {}
     for pop in ("E", "I"):
-        reference = np.asarray(ref[f"{pop}.spike"])
+        reference = ref[pop]
         parts = [np.load(tmp_path / f"raster_p{p}_{pop}.npz") for p in (0, 1)]
         parts.sort(key=lambda z: int(z["first"]))
         ranks[pop] = np.concatenate([z["raster"] for z in parts], axis=1)

@@ -108,13 +108,11 @@ def test_srun_two_tasks_coba_equals_one_process(tmp_path):
     finally:
         subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=60)
 
-    import jax
+    # the same network in this process, on 2 of its devices: the reference of
+    # test_recipes.py's mpirun run (the same scale, steps and seed), computed once
+    from test_recipes import one_process_coba
 
-    from shardbook import book
-
-    coba = book.coba
-    net = coba.build(jax.devices()[:2], scale=scale, seed=0)
-    ref = coba.Simulation(net, record=("spike",)).run(steps)
+    ref = one_process_coba(scale, steps)
     ranks, whole = {}, {}
     for pop in ("E", "I"):
         parts = sorted(
@@ -122,6 +120,6 @@ def test_srun_two_tasks_coba_equals_one_process(tmp_path):
             key=lambda z: int(z["first"]),
         )
         ranks[pop] = np.concatenate([z["raster"] for z in parts], axis=1)
-        whole[pop] = np.asarray(ref[f"{pop}.spike"])
+        whole[pop] = ref[pop]
     assert all(x.any() for x in whole.values())
     verify.identical("test.ch5a.srun.spikes", ranks, whole)
