@@ -367,12 +367,24 @@ def phase_timing(cfg: dict) -> dict:
     attempt(out["errors"], "timing 10 s", lambda: ten_seconds(s["ten_s"]))
     progress("timing", out)
 
-    # push vs index, side by side, growing while the budget lasts
-    last = None      # (neurons, seconds, compile seconds) of the last size
-    for n in s["timing_neurons"]:
+    # push vs index, side by side, growing while the budget lasts.  The first two
+    # sizes always run (4,200 is the book's network, 120,000 BrainPy's published size);
+    # a larger one runs if its guess fits what is left: a line through the last two
+    # sizes' wall times (a single size scales all but its compiles with the network,
+    # which overstates a small network's share of fixed costs many times over)
+    done = []        # (neurons, seconds, compile seconds) of each size run
+    for i, n in enumerate(s["timing_neurons"]):
         left = deadline - time.monotonic()
-        # the per-step part grows with the network; the builds and compiles do not
-        guess = None if last is None else last[2] + (last[1] - last[2]) * n / last[0]
+        guess = None
+        if len(done) >= 2:
+            (n0, t0_, _), (n1, t1, _) = done[-2:]
+            guess = t1 + (t1 - t0_) / (n1 - n0) * (n - n1)
+        elif i >= 2:
+            if not done:
+                out["skipped"].append(dict(neurons=n, why="no smaller size finished"))
+                continue
+            n1, t1, c1 = done[-1]
+            guess = c1 + (t1 - c1) * n / n1
         if guess is not None and guess > left - 10:
             out["skipped"].append(dict(neurons=n, why=f"budget: {left:.0f} s left, "
                                                       f"about {guess:.0f} s needed"))
@@ -394,7 +406,7 @@ def phase_timing(cfg: dict) -> dict:
             out["coba"].append(row)
             print(f"[timing] {n:,} neurons {t.line()}", flush=True)
         fixed = sum(t.extra.get("compile_s", 0.0) for t in res.values())
-        last = (n, time.perf_counter() - t0, fixed)   # (neurons, seconds, compiles)
+        done.append((n, time.perf_counter() - t0, fixed))
         progress("timing", out)
     return out
 
@@ -524,6 +536,8 @@ def gather(args) -> dict:
                 memory=[], timing={"coba": [], "coba_10s": None, "rnn": []},
                 notebooks=[], budget_s=args.budget, errors={})
     budgets = {p: share * args.budget for p, share in SHARES.items()}
+    if args.notebooks == [] and not dry:   # no notebooks: their share goes to timing
+        budgets["timing"] += budgets["notebooks"]
     provs = []
     for group in GROUPS:
         results, records = run_child(group, base, budgets, dry)

@@ -24,8 +24,8 @@ from pathlib import Path
 __all__ = ["SCHEMA", "PREDICTION_SCHEMA", "DATA_DIR", "GpuDataError", "device_slug",
            "path_for", "validate", "validate_prediction", "load", "load_prediction",
            "note", "gpu_data", "gpu_note", "compile_lines", "coba_rows", "coba_lines",
-           "record_lines", "PHASES",
-           "STATUSES"]
+           "record_lines", "mismatch_text", "allocator_limit", "compile_verdict",
+           "PHASES", "STATUSES"]
 
 SCHEMA = "shardbook.gpu-check/1"
 PREDICTION_SCHEMA = "shardbook.gpu-target-prediction/1"
@@ -232,10 +232,8 @@ def record_lines(data: dict | None) -> list[str]:
     if data is None:
         return lines
     prov = data["provenance"]
-    mism = ", ".join(f"{k} {v['found']} (pinned {v['pinned']})"
-                     for k, v in prov["mismatch"].items()) or "none"
     lines += ["", f"Command: `{prov['command']}`; driver: {prov['driver']}; "
-              f"versions that differ from the book's pins: {mism}.", "",
+              f"versions that differ from the book's pins: {mismatch_text(data)}.", "",
               "| neurons | delivery | us per step | events per step | compile (s) |",
               "| ---: | --- | ---: | ---: | ---: |"]
     for n, conn, us, events, seconds in coba_rows(data):
@@ -249,3 +247,32 @@ def record_lines(data: dict | None) -> list[str]:
                   f"{ten['compile_s']:.1f} s apart; BrainPy's published figure on "
                   f"one GPU: {lo:g}-{hi:g} s."]
     return lines
+
+
+def mismatch_text(data: dict) -> str:
+    """The versions of the GPU run that differ from the book's pins, or ``'none'``."""
+    return ", ".join(f"{k} {v['found']} (pinned {v['pinned']})"
+                     for k, v in data["provenance"]["mismatch"].items()) or "none"
+
+
+def allocator_limit(data: dict) -> int | None:
+    """The GPU allocator's cap that the run read (``memory_stats()['bytes_limit']``,
+    the smallest over its memory rows), or ``None`` if no row recorded one."""
+    limits = [r["bytes_limit"] for r in data.get("memory") or []
+              if _number(r.get("bytes_limit"))]
+    return int(min(limits)) if limits else None
+
+
+def compile_verdict(data: dict) -> tuple[bool, str]:
+    """Whether every step compiled on the GPU has the predicted collectives, argument
+    and output bytes (``True``: equal to the byte), and the lines that say so, with
+    the largest ratio of the temporaries (which a device autotunes): two lines."""
+    rows = data["compile"]
+    exact = all(r["measured"][k] == r["predicted"][k] for r in rows
+                for k in ("collectives", "arguments", "outputs"))
+    ratio, name = max((r["measured"]["temporaries"]
+                       / max(r["predicted"]["temporaries"], 1), r["name"])
+                      for r in rows)
+    said = ("equal to the byte" if exact else "NOT equal to the prediction")
+    return exact, (f"collectives, arguments and outputs of {len(rows)} steps: {said}\n"
+                   f"temporaries: up to {ratio:.1f} x the prediction ({name})")

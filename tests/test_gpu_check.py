@@ -189,3 +189,22 @@ def test_wheels_are_pinned_and_only_named(monkeypatch, tmp_path):
     pins = mod.pins()
     wanted = {f"{w}=={pins[w.replace('_', '-')]}" for w in mod.WHEELS}
     assert wanted <= set(cmd) and "brainpy==2.8.2" in wanted
+
+
+def test_the_stored_gpu_run_and_its_verdicts_can_fail():
+    """The committed real-GPU file (an H200 run): its compile verdict and allocator cap,
+    as chapters 4b and 6 print them; a planted byte or a missing cap changes them."""
+    data = book.gpu_data("h200")
+    if data is None:
+        pytest.skip("no real-GPU run in book/data/")
+    exact, line = book.gpudata.compile_verdict(data)
+    assert exact and "equal to the byte" in line
+    assert book.gpudata.allocator_limit(data) > 0
+    assert "jax 0.11.2 (pinned 0.10.2)" in book.gpudata.mismatch_text(data)
+    planted = copy.deepcopy(data)
+    planted["compile"][0]["measured"]["arguments"] += 4  # one float more on the GPU
+    exact, line = book.gpudata.compile_verdict(planted)
+    assert not exact and "NOT equal" in line
+    for row in planted["memory"]:
+        row.pop("bytes_limit", None)
+    assert book.gpudata.allocator_limit(planted) is None
