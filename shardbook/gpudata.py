@@ -183,8 +183,9 @@ def note(data: dict | None) -> str:
         return NO_DATA
     prov = data["provenance"]
     commit = str(prov.get("commit") or "unknown commit")[:12]
+    dirty = ", tree not clean" if prov.get("dirty") else ""   # git status, as recorded
     return (f"measured on {prov['device_count']} x {prov['device_kind']} "
-            f"({prov['date'][:10]}, commit {commit})")
+            f"({prov['date'][:10]}, commit {commit}{dirty})")
 
 
 def gpu_data(device: str = "h200") -> dict | None:
@@ -239,20 +240,27 @@ def record_lines(data: dict | None) -> list[str]:
     for n, conn, us, events, seconds in coba_rows(data):
         lines.append(f"| {n:,} | {conn} | {us:,.1f} | {events:,.0f} | {seconds:.1f} |")
     ten = data["timing"].get("coba_10s")
-    if ten:
-        lo, hi = ten["published_s"]
+    if ten:   # beside BrainPy's published figures: chapter 4b, with what differs
         lines += ["", f"{ten['simulated_s']:g} s of simulated time at "
                   f"{ten['neurons']:,} neurons ({ten['conn']} delivery): "
                   f"{ten['run_s']:.1f} s of wall time, compile "
-                  f"{ten['compile_s']:.1f} s apart; BrainPy's published figure on "
-                  f"one GPU: {lo:g}-{hi:g} s."]
+                  f"{ten['compile_s']:.1f} s apart (chapter 4b sets it beside "
+                  "BrainPy's published figures)."]
     return lines
 
 
 def mismatch_text(data: dict) -> str:
-    """The versions of the GPU run that differ from the book's pins, or ``'none'``."""
-    return ", ".join(f"{k} {v['found']} (pinned {v['pinned']})"
-                     for k, v in data["provenance"]["mismatch"].items()) or "none"
+    """The versions of the GPU run that differ from the book's pins, or ``'none'``;
+    with the JAX CUDA plugin the run used, if any (the book's GPU pins name CUDA
+    12's, ``ci/requirements-gpu.txt``)."""
+    prov = data["provenance"]
+    said = [f"{k} {v['found']} (pinned {v['pinned']})"
+            for k, v in prov["mismatch"].items()]
+    said += [f"{k} {v} (the book's GPU pins: CUDA 12's)"
+             for k, v in sorted(prov.get("versions", {}).items())
+             if k.startswith("jax-cuda") and k.endswith("-plugin") and v
+             and not k.startswith("jax-cuda12")]
+    return ", ".join(said) or "none"
 
 
 def allocator_limit(data: dict) -> int | None:
@@ -268,6 +276,8 @@ def compile_verdict(data: dict) -> tuple[bool, str]:
     and output bytes (``True``: equal to the byte), and the lines that say so, with
     the largest ratio of the temporaries (which a device autotunes): two lines."""
     rows = data["compile"]
+    if not rows:
+        raise GpuDataError("the GPU run compiled no step: nothing to compare")
     exact = all(r["measured"][k] == r["predicted"][k] for r in rows
                 for k in ("collectives", "arguments", "outputs"))
     ratio, name = max((r["measured"]["temporaries"]

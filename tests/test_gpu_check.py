@@ -82,7 +82,7 @@ def test_dry_run_writes_the_schema(dry):
     kinds = {r["conn"] for r in dry["timing"]["coba"]}
     assert kinds == {"push", "index"}
     assert all(r["events_per_step"] > 0 for r in dry["timing"]["coba"])
-    assert dry["timing"]["coba_10s"]["published_s"] == [42.0, 54.0]
+    assert dry["timing"]["coba_10s"]["published_s"] == [42.1, 56.0]
     assert dry["timing"]["rnn"][0]["seconds_per_step"] > 0
     assert dry["notebooks"][0]["status"] == "ok"
     assert not any(dry["errors"].values()) and not dry["timing"]["errors"]
@@ -129,6 +129,7 @@ def test_load_and_note(dry, tmp_path):
         platform="gpu",
         device_kind="NVIDIA H200",
         commit="0123456789abcdef",
+        dirty=False,  # the dry run's tree may have had changes; this one had none
         date="2026-12-01T12:00:00",
         driver="570.124.06",
     )
@@ -200,7 +201,17 @@ def test_the_stored_gpu_run_and_its_verdicts_can_fail():
     exact, line = book.gpudata.compile_verdict(data)
     assert exact and "equal to the byte" in line
     assert book.gpudata.allocator_limit(data) > 0
-    assert "jax 0.11.2 (pinned 0.10.2)" in book.gpudata.mismatch_text(data)
+    pinned_jax = data["provenance"]["pins"]["jax"]
+    said = book.gpudata.mismatch_text(data)
+    differs = "jax" in data["provenance"]["mismatch"]
+    assert (f"(pinned {pinned_jax})" in said) == differs
+    planted = copy.deepcopy(data)
+    planted["provenance"]["versions"]["jax-cuda13-plugin"] = "9.9.9"
+    assert "jax-cuda13-plugin 9.9.9" in book.gpudata.mismatch_text(planted)
+    planted["provenance"]["dirty"] = True
+    assert book.gpudata.note(planted).endswith(", tree not clean)")
+    planted["provenance"]["dirty"] = False
+    assert "not clean" not in book.gpudata.note(planted)
     planted = copy.deepcopy(data)
     planted["compile"][0]["measured"]["arguments"] += 4  # one float more on the GPU
     exact, line = book.gpudata.compile_verdict(planted)
@@ -208,3 +219,6 @@ def test_the_stored_gpu_run_and_its_verdicts_can_fail():
     for row in planted["memory"]:
         row.pop("bytes_limit", None)
     assert book.gpudata.allocator_limit(planted) is None
+    planted["compile"] = []
+    with pytest.raises(book.gpudata.GpuDataError, match="no step"):
+        book.gpudata.compile_verdict(planted)

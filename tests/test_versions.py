@@ -130,6 +130,9 @@ ALIASES = {"orbax": "orbax-checkpoint", "jupyter book": "jupyter-book"}
 FOREIGN = {
     ("jax", "0.11.2"): "the JAX preinstalled on the lent H200 machine (ci/gpu_check)",
     ("jaxlib", "0.11.2"): "the same machine's jaxlib",
+    ("numba", "0.68.0"): "the lent H200 machine's, as its ci/gpu_check run recorded",
+    ("numpy", "2.5.2"): "the lent H200 machine's, as its ci/gpu_check run recorded",
+    ("orbax-checkpoint", "0.12.4"): "the lent H200 machine's, as ci/gpu_check recorded",
     (
         "numpy",
         "2.3.5",
