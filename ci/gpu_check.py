@@ -170,6 +170,7 @@ def provenance(command: str, commit: str | None) -> dict:
                                          for p in versions},
                 mismatch=mismatch, commit=commit or git("rev-parse", "HEAD"),
                 dirty=None if dirty is None else bool(dirty),
+                status=None if dirty is None else dirty[:2000],   # what was not clean
                 date=book.provenance.provenance(command)["date"], command=command,
                 python=sys.version.split()[0])
 
