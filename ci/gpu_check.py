@@ -644,6 +644,25 @@ def wheels(folder: Path) -> int:
     return subprocess.run(cmd).returncode
 
 
+PLACES = {"<repo>": "the repository's root on the machine that ran the check",
+          "<out>": "the folder given as --out"}
+
+
+def scrub(obj, paths: dict):
+    """``obj`` with each folder of ``paths`` (absolute path -> placeholder) replaced in
+    every string, longest first: a data file names no machine's folders (tracebacks,
+    the command line), and says what stands in their place (``PLACES``)."""
+    if isinstance(obj, str):
+        for folder in sorted(paths, key=len, reverse=True):
+            obj = obj.replace(folder, paths[folder])
+        return obj
+    if isinstance(obj, list):
+        return [scrub(x, paths) for x in obj]
+    if isinstance(obj, dict):
+        return {k: scrub(v, paths) for k, v in obj.items()}
+    return obj
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dry-run", action="store_true",
@@ -677,6 +696,8 @@ def main(argv=None) -> int:
     slug = book.gpudata.device_slug(data["provenance"]["device_kind"]
                                     if not args.dry_run else "cpu")
     out.mkdir(parents=True, exist_ok=True)
+    data = scrub(data, {str(ROOT): "<repo>", str(out.resolve()): "<out>"})
+    data["provenance"]["places"] = PLACES
     path = out / f"gpu_{slug}.json"
     try:
         book.gpudata.validate(data)

@@ -9,6 +9,7 @@ wheel download for the device is checked as a command, never run.
 import copy
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,9 @@ def test_dry_run_writes_the_schema(dry):
     assert dry["timing"]["coba_10s"]["published_s"] == [42.1, 56.0]
     assert dry["timing"]["rnn"][0]["seconds_per_step"] > 0
     assert dry["notebooks"][0]["status"] == "ok"
+    text = json.dumps(dry)   # no machine's folders: the --out folder and the repo
+    assert dry["notebooks"][0]["path"] == "<out>/tiny.ipynb"
+    assert str(ROOT) not in text and "/tmp/" not in text
     assert not any(dry["errors"].values()) and not dry["timing"]["errors"]
     assert dry["provenance"]["versions"]["brainpy"] == "2.8.2"
     assert "mismatch" in dry["provenance"]
@@ -222,3 +226,18 @@ def test_the_stored_gpu_run_and_its_verdicts_can_fail():
     planted["compile"] = []
     with pytest.raises(book.gpudata.GpuDataError, match="no step"):
         book.gpudata.compile_verdict(planted)
+
+
+def test_a_data_file_names_no_machines_folders():
+    """gpu_check replaces the repository's root and the --out folder in every string
+    (tracebacks, the command line); the committed GPU files hold none."""
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    planted = {"error": ['File "/work/book/ci/gpu_check.py"', "--out /work/book/o"]}
+    got = mod.scrub(planted, {"/work/book": "<repo>", "/work/book/o": "<out>"})
+    assert got == {"error": ['File "<repo>/ci/gpu_check.py"', "--out <out>"]}
+    absolute = re.compile(r"(/root/|/work/|/home/|/tmp/|/Users/)")
+    for path in sorted(book.gpudata.DATA_DIR.rglob("gpu_*.json")):
+        assert not absolute.search(path.read_text()), path
+    assert absolute.search(json.dumps(planted))   # the pattern finds a planted one
