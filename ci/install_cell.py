@@ -1,5 +1,8 @@
 """The first code cell of every notebook: one text, kept here and nowhere else.
 
+The pages that stand alone (``notebooks.STANDALONE``, the quick start) have a device
+setup of their own instead, and are left out.
+
   python ci/install_cell.py            check that every notebook starts with it
   python ci/install_cell.py --write    write it into every notebook's first code cell
 
@@ -77,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="write it into every notebook")
     ap.add_argument("notebooks", nargs="*", type=Path)
     args = ap.parse_args(argv)
-    paths = args.notebooks or nbs.notebooks()
+    paths = [p for p in args.notebooks if not nbs.standalone(p)] if args.notebooks \
+        else nbs.helper_notebooks()
     if args.write:
         changed = [p for p in paths if write(p)]
         print(f"[install cell] wrote {len(changed)} of {len(paths)} notebooks"

@@ -17,6 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TOC = ROOT / "_toc.yml"
 
 
+# Pages that stand alone: their first code cell is a device setup of their own (a few
+# lines of ``jax.config``) and nothing in them imports ``shardbook``, so that a reader
+# can paste their code into any project, or run them in Colab from PyPI alone.
+STANDALONE = ("book/00-quick-start.ipynb",)
+
+
 class TocError(ValueError):
     """``_toc.yml`` names a file that does not exist, or misses a notebook."""
 
@@ -62,6 +68,16 @@ def pages(root: Path = ROOT) -> list[Path]:
 def notebooks(root: Path = ROOT) -> list[Path]:
     """The notebooks of the book, in reading order (absolute paths)."""
     return [p for p in pages(root) if p.suffix == ".ipynb"]
+
+
+def standalone(path: Path, root: Path = ROOT) -> bool:
+    """Whether ``path`` is a page that stands alone (see ``STANDALONE``)."""
+    return str(Path(path).resolve().relative_to(root)) in STANDALONE
+
+
+def helper_notebooks(root: Path = ROOT) -> list[Path]:
+    """The notebooks that start with the book's install cell and use ``shardbook``."""
+    return [p for p in notebooks(root) if not standalone(p, root)]
 
 
 def relative(paths, root: Path = ROOT) -> list[str]:

@@ -52,7 +52,7 @@ print("ANSWER " + json.dumps(dict(pip=asked, ok=result.success,
 
 def test_every_notebook_starts_with_the_canonical_cell():
     want = install_cell.canonical()
-    for path in nbs.notebooks():
+    for path in nbs.helper_notebooks():
         got = nbs.source(nbs.first_code_cell(nbs.load(path)))
         assert got == want, f"{path.name}: run python ci/install_cell.py --write"
     assert f"git+{REPO_URL}@v{VERSION}" in want

@@ -1,0 +1,108 @@
+"""The quick start stands alone: its code runs as a plain script without ``shardbook``.
+
+Issue 37's acceptance: the quick start's code cells, without the device-setup cell,
+concatenated and run as a plain Python script after
+``jax.config.update("jax_num_cpu_devices", 8)``, with the pinned requirements and
+without ``shardbook`` importable, exit 0 and print the same-losses verdict.  Its
+device-setup cell imports no ``shardbook`` either.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "ci"))
+
+import notebooks as nbs  # noqa: E402
+
+PAGE = ROOT / nbs.STANDALONE[0]
+VERDICT = "same losses as one device over 10 Adam steps (to 1e-3): True"
+# what the test puts before the page's code: the device count, and shardbook made
+# unimportable (a None entry in sys.modules makes `import shardbook` raise)
+PRELUDE = """\
+import sys
+sys.modules["shardbook"] = None
+import jax
+jax.config.update("jax_num_cpu_devices", 8)
+"""
+
+
+def _cells() -> list[str]:
+    return [nbs.source(c) for c in nbs.code_cells(nbs.load(PAGE))]
+
+
+def script(cells: list[str] | None = None) -> str:
+    """The page's code without its device-setup cell, as one plain Python script."""
+    cells = _cells() if cells is None else cells
+    return PRELUDE + "\n\n".join(cells[1:]) + "\n"
+
+
+def _imports(source: str) -> set[str]:
+    lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith("%")]
+    found = set()
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add((node.module or "").split(".")[0])
+    return found
+
+
+def test_the_quick_start_is_first_and_imports_only_public_packages():
+    assert nbs.notebooks()[0] == PAGE
+    cells = _cells()
+    allowed = {"os", "shutil", "sys", "jax", "numpy", "matplotlib", "brainpy"}
+    for i, cell in enumerate(cells):
+        assert _imports(cell) <= allowed, (i, _imports(cell) - allowed)
+        assert "shardbook" not in cell and "book." not in cell.replace("ebook.", ""), i
+    setup = cells[0]
+    assert "jax_num_cpu_devices" in setup and "shardbook" not in setup
+    assert setup.index("jax_num_cpu_devices") < len(setup)
+    # the changed lines are marked, as the discussion's maintainer marked his
+    assert sum(cell.count("# [KEY]") for cell in cells) >= 7
+
+
+def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    path = tmp_path / "quick_start.py"
+    path.write_text(code)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XLA_FLAGS", "BOOK_NUM_DEVICES", "PYTHONPATH")}
+    env.update(JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_quick_start_runs_as_a_plain_script_without_shardbook(tmp_path):
+    done = _run(script(), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert VERDICT in done.stdout.splitlines(), done.stdout[-2000:]
+    assert "8 cpu devices" in done.stdout
+
+
+@pytest.mark.parametrize("bug", ["outside", "shardbook"])
+def test_the_script_check_fails_when_its_claim_breaks(tmp_path, bug):
+    """Planted: a model built outside the mesh fails the layout check; a page that
+    imports shardbook fails to run here."""
+    cells = _cells()
+    if bug == "outside":
+        fit = next(i for i, c in enumerate(cells) if c.startswith("def fit("))
+        src = cells[fit]
+        assert "        model = RNN(" in src
+        cells[fit] = src.replace("        model = RNN(", "    model = RNN(", 1).replace(
+            "        bm.random.seed(123)\n", "        pass\n    bm.random.seed(123)\n", 1)
+        # the shard table runs before the layout check: stop after the check
+        check = next(i for i, c in enumerate(cells) if "split as named" in c)
+        cells = cells[:check + 1]
+    else:
+        cells.insert(2, "import shardbook")
+    done = _run(script(cells), tmp_path)
+    assert done.returncode != 0
+    err = done.stderr
+    assert ("AssertionError" in err) if bug == "outside" else ("ImportError" in err
+                                                                or "ModuleNotFound" in err)
