@@ -72,7 +72,8 @@ def notebooks(root: Path = ROOT) -> list[Path]:
 
 def standalone(path: Path, root: Path = ROOT) -> bool:
     """Whether ``path`` is a page that stands alone (see ``STANDALONE``)."""
-    return str(Path(path).resolve().relative_to(root)) in STANDALONE
+    path = Path(path).resolve()
+    return path.is_relative_to(root) and str(path.relative_to(root)) in STANDALONE
 
 
 def helper_notebooks(root: Path = ROOT) -> list[Path]:
