@@ -44,13 +44,15 @@ def test_the_quick_start_builds_its_model_within_1500_words():
 
 
 def test_the_measure_catches_long_sentences_and_internals():
-    planted = ("This sentence is planted here to be very much longer than any reader of a "
-               "tutorial would like it to be, " * 3 + "and the `CpuAllReduceCombiner` in "
-               "`xla/service/cpu/cpu_compiler.cc` joins in. The tolerance, the margin, "
-               "rtol, atol, nbval and tests/ are named here.")
+    planted = ("This sentence is planted here to be very much longer than any "
+               "reader of a tutorial would like it to be, " * 3
+               + "and the `CpuAllReduceCombiner` in "
+               "`xla/service/cpu/cpu_compiler.cc` joins in. The tolerance, "
+               "the margin, rtol, atol, nbval and tests/ are named here.")
     words = prose.sentences(prose.prose_of(planted))
     assert len(words) == 2 and len(words[0]) > 40
     looked = prose._FENCE.sub(" ", planted)
     assert "Combiner" in looked and "xla/" in looked
-    code_only = "```python\nx = 1  # the tolerance in code is not prose\n```\nShort one."
+    code_only = ("```python\nx = 1  # the tolerance in code is not prose\n```\n"
+                 "Short one.")
     assert prose.sentences(prose.prose_of(code_only)) == [["Short", "one."]]

@@ -2,7 +2,9 @@
 ``shardbook.book`` and the names it declares public.
 
 * ``shardbook`` is imported only as ``from shardbook import book`` (or
-  ``from shardbook.book import NAME`` with NAME in ``book.__all__``);
+  ``from shardbook.book import NAME`` with NAME in ``book.__all__``, or, as a plain
+  import a reader can follow, ``from shardbook.MODULE import NAME`` where MODULE is one
+  of ``book``'s modules and NAME is in that module's ``__all__``);
 * every attribute read from ``book`` is in ``book.__all__``, and every attribute read
   from one of its helper modules is in that module's ``__all__``.
 
@@ -53,6 +55,15 @@ def _public(module) -> set:
     return set(getattr(module, "__all__", ()))
 
 
+def _doorway_module(dotted: str):
+    """The module of ``book.__all__`` that ``shardbook.X`` names, or None."""
+    head, _, rest = dotted.partition(".")
+    if head != "shardbook" or not rest or "." in rest or rest not in book.__all__:
+        return None
+    value = getattr(book, rest)
+    return value if isinstance(value, type(book)) else None
+
+
 def surface_violations(name: str, text: str) -> list[str]:
     """What in ``text`` reaches shardbook other than through the doorway."""
     try:
@@ -77,6 +88,12 @@ def surface_violations(name: str, text: str) -> list[str]:
                     bound[local] = book
                 elif node.module == "shardbook.book" and alias.name in book.__all__:
                     value = getattr(book, alias.name)
+                    if isinstance(value, type(book)):
+                        bound[local] = value
+                elif _doorway_module(node.module) is not None and alias.name in _public(
+                    _doorway_module(node.module)
+                ):
+                    value = getattr(_doorway_module(node.module), alias.name)
                     if isinstance(value, type(book)):
                         bound[local] = value
                 else:
