@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """The book's GPU check: one command that tests its GPU claims on a real GPU.
 
-    ci/gpu_check                      on a machine with an NVIDIA GPU (under 8 minutes
-                                      on one H200): writes book/data/gpu_<device>.json
+    ci/gpu_check                      on a machine with an NVIDIA GPU (under 7 minutes
+                                      on one H200 with --budget 360): writes
+                                      book/data/gpu_<device>.json
     ci/gpu_check --dry-run [--out D]  the same code path on the CPU with tiny sizes; the
                                       file goes to D (default: a new temporary folder)
     ci/gpu_check --predict            the GPU-target prediction, compiled here without a
                                       GPU: book/data/gpu_target_h200.json
-    ci/gpu_check --wheels DIR         download the pure-Python wheels the device lacks
-                                      (BrainPy and its family) for Python 3.12, into DIR
+    ci/gpu_check --wheels DIR         download the wheels the device lacks (BrainPy's
+                                      family, nbval and Jupyter's kernel) for Python
+                                      3.12 into DIR, with DIR/COMMIT (HEAD's hash)
 
-Phases, each in its own child process with its own time budget (``--budget`` in all,
-shared out by ``SHARES``), so that one hang costs only its phase:
+Phases (``--phases``, all by default), the first three each in a child process with its
+own time budget (``--budget`` in all, shared out by ``SHARES``), so that one hang costs
+only its phase:
 
 1. ``compile``: the steps chapter 6 compiles for a 1-device H200 target, compiled again
    on the device; collectives, argument, output and temporary bytes beside the
@@ -22,33 +25,44 @@ shared out by ``SHARES``), so that one hang costs only its phase:
    not rise is marked ``masked``).
 3. ``timing``: COBA-HH with the push delivery and the index matrix, side by side and
    interleaved (``coba.timing.time_steps``), at 4,200, 120,000 and 1,000,000 neurons and
-   larger while the budget lasts, events per step beside every time, compile time apart;
-   10 s of simulated time at 120,000 neurons beside BrainPy's published 42-56 s; the RNN
-   training step of chapters 2 and 3.
-4. ``notebooks``: the notebooks (``--notebooks``; on a GPU by default all of
-   ``book/``), each run as a script in a child with its own timeout, while the budget
-   lasts.
+   larger while the budget lasts (``--neurons`` names the sizes), events per step
+   beside every time, compile time apart; 10 s of simulated time at 120,000 neurons
+   beside BrainPy's published 42-56 s; the RNN training step of chapters 2 and 3.  The
+   file's ``crossover`` sets each size's push and index times beside an earlier GPU
+   run's (``--beside``, by default the first H200 run, book/data/gpu_h200.json).
+4. ``notebooks``: every page under lax nbval (``pytest --nbval-lax``), each in a fresh
+   kernel with its own timeout, while the budget lasts: the quick start and the four
+   core chapters first, then every other notebook of ``_toc.yml``
+   (``ci/gpu_notebooks.py``; ``--notebooks`` names others).  One row per page: ok,
+   failed, timeout or skipped, wall time, the first error, and the device, JAX, date
+   and commit it ran with.  The record page (``ci/record.py``) shows them.
 
 The file records the device, driver, versions (and how they differ from the book's
 pins), commit, date and command beside every figure; ``shardbook.gpudata.validate``
 checks it before it is written.
 
-On the lent H200 (no package index; Python 3.12, JAX 0.11.2 with CUDA 13): carry the
-wheels made by ``--wheels .whl`` and run::
+On the lent GPU machine (no package index; Python 3.12, JAX 0.11.2 with CUDA 13):
+here, ``ci/gpu_check --wheels .whl`` (about 23 MiB; ``.whl/`` is ignored by git), then
+with ``.whl`` carried run::
 
-    python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl &&
-    PYTHONPATH=$PWD/.site:$PWD ci/gpu_check --commit <hash> --out $OUT
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+        .whl/*.whl && PYTHONPATH=/tmp/site:$PWD ci/gpu_check --commit "$(cat
+        .whl/COMMIT)" --phases timing,notebooks --suffix pages --budget 360 \
+        --neurons 4200 120000 1000000 --out $OUT
 
-and commit the ``gpu_h200.json`` that comes back into ``book/data/``.  That JAX is not
-the book's pin (0.10.2, CUDA 12): the file records the mismatch.  JAX 0.11 is not on
-the package index this book is built from, so the dry run checks the same code with
+and commit the ``gpu_<device>_pages.json`` that comes back into ``book/data/``, beside
+the full run's ``gpu_<device>.json`` that the chapters read (all phases: leave out
+``--phases`` and ``--suffix``).  That JAX is
+not the book's pin (0.10.2, CUDA 12): the file records the mismatch.  JAX 0.11 is not
+on the package index this book is built from, so the dry run checks the same code with
 the pinned JAX 0.10.2 only; a step that the device's JAX breaks costs only its own
-row (``errors`` in the file).
+row (``errors`` in the file), a page that it breaks only its own row.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -58,6 +72,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "ci"))
+
+import gpu_notebooks  # noqa: E402  (the pages under lax nbval; no JAX either)
 
 from shardbook import book  # noqa: E402  (imports neither JAX nor BrainPy)
 
@@ -76,10 +94,28 @@ PUBLISHED_SOURCE = ("BrainPy ICLR 2024 reproducibility data, 5.1_EI_balanced_net
 # pure-Python (py3-none-any), well inside the 64 MiB that travels.
 WHEELS = ("brainpy", "brainpy_state", "brainstate", "brainevent", "brainunit",
           "braintools", "saiunit", "array_api_compat")
+# ... and what runs the pages under lax nbval there, at requirements.txt's versions:
+# nbval and the pytest it runs under (the device's own pytest plugins are not loaded:
+# PYTEST_DISABLE_PLUGIN_AUTOLOAD), nbformat, jupyter_client, ipykernel and IPython, and
+# every package they need that the device lacks (read off their metadata for Python
+# 3.12 on Linux), and ipywidgets (chapter 1's explorer).  pyzmq, tornado, wcwidth and
+# rpds-py hold compiled code: their cp312 or abi3 manylinux wheels.  About 23 MiB in
+# all with the BrainPy family, checked by a Python 3.12 rehearsal on a CPU with only
+# the device's packages besides.
+NB_WHEELS = ("nbval", "pytest", "pluggy", "iniconfig", "nbformat", "fastjsonschema",
+             "jsonschema", "jsonschema-specifications", "referencing", "rpds-py",
+             "jupyter_client", "jupyter_core", "traitlets", "platformdirs", "pyzmq",
+             "tornado", "ipykernel", "comm", "debugpy", "matplotlib-inline",
+             "nest-asyncio2", "ipython", "ipython_pygments_lexers", "jedi", "parso",
+             "prompt_toolkit", "wcwidth", "pexpect", "ptyprocess", "stack-data",
+             "asttokens", "executing", "pure_eval", "ipywidgets",
+             "widgetsnbextension", "jupyterlab_widgets")
+WHEELS_MAX_MIB = 40               # with the tree (about 5 MB), under the 64 MiB carried
 VERSIONS = ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt",
             "jax-cuda12-plugin", "brainpy", "brainpy_state", "brainstate",
             "brainevent", "brainunit", "braintools", "numpy", "numba", "optax",
-            "orbax-checkpoint")
+            "orbax-checkpoint", "scikit-learn", "matplotlib", "nbval", "pytest",
+            "ipykernel", "jupyter_client", "ipython")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux1_x86_64")
 
@@ -376,7 +412,7 @@ def phase_timing(cfg: dict) -> dict:
     # sizes' wall times (a single size scales all but its compiles with the network,
     # which overstates a small network's share of fixed costs many times over)
     done = []        # (neurons, seconds, compile seconds) of each size run
-    for i, n in enumerate(s["timing_neurons"]):
+    for i, n in enumerate(cfg.get("neurons") or s["timing_neurons"]):
         left = deadline - time.monotonic()
         guess = None
         if len(done) >= 2:
@@ -414,35 +450,9 @@ def phase_timing(cfg: dict) -> dict:
     return out
 
 
-def _no_magic(line: str) -> str:
-    """An IPython magic (``%pip``, ``!ls``) as a ``pass`` at its own indentation."""
-    body = line.lstrip()
-    if body.startswith(("%", "!")):
-        return line[:len(line) - len(body)] + "pass  # " + body
-    return line
-
-
-def phase_notebook(cfg: dict) -> dict:
-    """Run one notebook's code cells as a script (no Jupyter on the device)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    nb = json.loads(Path(cfg["path"]).read_text())
-    scope = {"__name__": "__main__", "display": print}
-    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    for i, cell in enumerate(cells):
-        src = "".join(cell["source"])
-        src = "\n".join(_no_magic(ln) for ln in src.splitlines())
-        try:
-            exec(compile(src, f"{cfg['path']}[{i}]", "exec"), scope)
-        except Exception:
-            if "raises-exception" not in cell.get("metadata", {}).get("tags", []):
-                raise
-    return dict(cells=len(cells))
-
-
 PHASE_FUNCTIONS = {"compile": phase_compile, "memory": phase_memory,
-                   "timing": phase_timing, "notebook": phase_notebook}
+                   "timing": phase_timing,
+                   "provenance": lambda cfg: None}   # a child for the provenance alone
 
 
 _ANSWER: dict = {}
@@ -461,8 +471,7 @@ def child_main(phases: str) -> int:
     cfg = json.loads(sys.stdin.read())
     names = phases.split(",")
     _ANSWER.update(phases={})
-    if names != ["notebook"]:
-        _ANSWER["provenance"] = provenance(cfg["command"], cfg["commit"])
+    _ANSWER["provenance"] = provenance(cfg["command"], cfg["commit"])
     for name in names:
         t0 = time.monotonic()
         record = dict(budget_s=round(cfg["budgets"][name], 1), status="ok")
@@ -525,24 +534,32 @@ GROUPS = (("compile", "memory"), ("timing",))   # phases that share a child
 
 
 def gather(args) -> dict:
-    """Run every phase; the data file's content."""
+    """Run every phase asked for (``--phases``); the data file's content."""
     dry, t_start = args.dry_run, time.monotonic()
     command = " ".join(["ci/gpu_check", *sys.argv[1:]])
+    wanted = set(args.phases)
     pred = None
-    if not dry:
+    if not dry and "compile" in wanted:
         pred = book.gpudata.load_prediction("h200")
         if pred is None:
             raise SystemExit("book/data/gpu_target_h200.json is missing: run "
                              "ci/gpu_check --predict on the CPU first")
-    base = dict(dry=dry, command=command, commit=args.commit, prediction=pred)
+    base = dict(dry=dry, command=command, commit=args.commit, prediction=pred,
+                neurons=args.neurons)
     data = dict(schema=book.gpudata.SCHEMA, dry_run=dry, phases={}, compile=[],
                 memory=[], timing={"coba": [], "coba_10s": None, "rnn": []},
                 notebooks=[], budget_s=args.budget, errors={})
     budgets = {p: share * args.budget for p, share in SHARES.items()}
-    if args.notebooks == [] and not dry:   # no notebooks: their share goes to timing
-        budgets["timing"] += budgets["notebooks"]
+    pages = args.notebooks
+    if pages is None:
+        pages = [] if dry else gpu_notebooks.default_pages()
+    if (not pages or "notebooks" not in wanted) and not dry:
+        budgets["timing"] += budgets["notebooks"]   # no pages: their share to timing
     provs = []
     for group in GROUPS:
+        group = tuple(p for p in group if p in wanted)
+        if not group:
+            continue
         results, records = run_child(group, base, budgets, dry)
         data["phases"].update(records)
         if "provenance" in results:
@@ -558,38 +575,35 @@ def gather(args) -> dict:
             data["timing"] = {k: results["timing"][k]
                               for k in ("coba", "coba_10s", "rnn", "skipped",
                                         "errors")}
-    # the notebooks, each with its own timeout, while the budget lasts
-    nb_t0 = time.monotonic()
-    left = args.budget - (nb_t0 - t_start)
-    notebooks = args.notebooks
-    if notebooks is None:
-        notebooks = [] if dry else [str(p.relative_to(ROOT))
-                                    for p in sorted((ROOT / "book").glob("*.ipynb"))]
-    for path in notebooks:
-        left = args.budget - (time.monotonic() - t_start)
-        timeout = min(args.notebook_timeout, left)
-        if timeout < 20:
-            data["notebooks"].append(dict(path=path, status="skipped", wall_s=0.0,
-                                          timeout_s=0.0, why="budget"))
-            continue
-        _, recs = run_child(("notebook",), dict(base, path=path),
-                            {"notebook": timeout}, dry)
-        rec = recs["notebook"]
-        data["notebooks"].append(dict(path=path, status=rec["status"],
-                                      wall_s=rec["wall_s"], timeout_s=round(timeout, 1),
-                                      **({"error": rec["error"][-600:]}
-                                         if "error" in rec else {})))
-    bad = [f"{n['path']}: {n['status']}" for n in data["notebooks"]
-           if n["status"] not in ("ok", "skipped")]
-    nb_status = "skipped" if not notebooks else "error" if bad else "ok"
-    if args.notebooks == [] and not dry:   # their share went to the timing
-        left = 0.0
-    data["phases"]["notebooks"] = dict(
-        budget_s=round(max(left, 0), 1), wall_s=round(time.monotonic() - nb_t0, 2),
-        status=nb_status, **({"error": "; ".join(bad)} if bad else {}))
+    for name in book.gpudata.PHASES:
+        if name not in wanted:
+            data["phases"][name] = dict(budget_s=0.0, wall_s=0.0, status="skipped",
+                                        why="not asked for (--phases)")
+    if not provs:   # no phase that imports JAX ran: a child for the provenance alone
+        results, _ = run_child(("provenance",), base, {"provenance": 120.0}, dry)
+        provs += [results["provenance"]] if "provenance" in results else []
     if not provs:
         raise SystemExit("no phase ran far enough to record its provenance")
     data["provenance"] = provs[0]
+    # the push / index crossover beside the earlier GPU run's (--beside)
+    if "timing" in wanted:
+        earlier = None
+        if args.beside and args.beside.is_file():
+            earlier = json.loads(args.beside.read_text())
+        data["crossover"] = gpu_notebooks.crossover(
+            data["timing"]["coba"], earlier,
+            str(args.beside.resolve()) if args.beside else None)
+        for line in gpu_notebooks.crossover_lines(data["crossover"]):
+            print(f"[crossover] {line}", flush=True)
+    # the pages, each under lax nbval with its own timeout, while the budget lasts
+    if "notebooks" in wanted:
+        nb_t0 = time.monotonic()
+        rows = gpu_notebooks.run_pages(
+            pages, lambda: args.budget - (time.monotonic() - t_start),
+            args.notebook_timeout, dry, log=lambda m: print(m, flush=True))
+        data["notebooks"] = gpu_notebooks.stamp(rows, data["provenance"])
+        data["phases"]["notebooks"] = gpu_notebooks.phase_record(
+            rows, args.budget - (nb_t0 - t_start), time.monotonic() - nb_t0)
     data["wall_s"] = round(time.monotonic() - t_start, 2)
     return data
 
@@ -631,17 +645,32 @@ def prediction(jobs: dict, progs: list, description: str, target: str = "h200") 
     return out
 
 
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
 def wheels(folder: Path) -> int:
-    """``pip download`` the device's missing wheels, pinned as the book pins them."""
+    """``pip download`` the device's missing wheels, pinned as the book pins them (the
+    BrainPy family and the nbval runner), and say how many MiB they take."""
     pinned = pins()
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--python-version", "3.12", "--implementation", "cp", "-d", str(folder)]
     for p in PLATFORMS:
         cmd += ["--platform", p]
-    cmd += [f"{w}=={pinned[w.replace('_', '-')]}" for w in WHEELS]
+    cmd += [f"{w}=={pinned[_norm(w)]}" for w in (*WHEELS, *NB_WHEELS)]
     print(" ".join(cmd), flush=True)
-    return subprocess.run(cmd).returncode
+    rc = subprocess.run(cmd).returncode
+    # the device's copy of the tree has no .git: the commit travels beside the wheels
+    (folder / "COMMIT").write_text((git("rev-parse", "HEAD") or "unknown") + "\n")
+    files = sorted(folder.glob("*.whl"))
+    mib = sum(f.stat().st_size for f in files) / 2**20
+    print(f"[wheels] {len(files)} wheels in {folder}: {mib:.1f} MiB "
+          f"(at most {WHEELS_MAX_MIB} MiB: they travel with the tree, 64 MiB in all)")
+    if mib > WHEELS_MAX_MIB:
+        print("[wheels] too large to carry", file=sys.stderr)
+        return rc or 1
+    return rc
 
 
 PLACES = {"<repo>": "the repository's root on the machine that ran the check",
@@ -673,12 +702,34 @@ def main(argv=None) -> int:
                     help="download the device's missing wheels into DIR, then stop")
     ap.add_argument("--out", type=Path, help="folder of the data file")
     ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds in all")
-    ap.add_argument("--notebooks", nargs="*", default=None,
-                    help="notebooks to run (default: all on a GPU, none in a dry run)")
-    ap.add_argument("--notebook-timeout", type=float, default=120)
+    ap.add_argument("--notebooks", nargs="*", default=None, metavar="PAGE[=S]",
+                    help="pages to run under lax nbval, each PATH or PATH=SECONDS "
+                    "(default: on a GPU the quick start and the four core chapters, "
+                    "then every other page of _toc.yml; none in a dry run)")
+    ap.add_argument("--notebook-timeout", type=float, default=120,
+                    help="a page's least timeout (more where ci/estimates.json says "
+                    "it takes longer on the CPU)")
+    ap.add_argument("--phases", type=lambda t: t.split(","),
+                    default=list(book.gpudata.PHASES),
+                    help="comma-separated, of " + ",".join(book.gpudata.PHASES)
+                    + " (default: all; the others are marked skipped)")
+    ap.add_argument("--neurons", type=int, nargs="+", metavar="N",
+                    help="the COBA-HH sizes of the timing (default: 4,200 to 16 M "
+                    "while the budget lasts)")
+    ap.add_argument("--beside", type=Path,
+                    default=book.gpudata.DATA_DIR / "gpu_h200.json",
+                    help="an earlier GPU data file whose push / index times the "
+                    "new ones are set beside (default: book/data/gpu_h200.json)")
+    ap.add_argument("--suffix", type=lambda t: t if re.fullmatch(r"[a-z0-9]+", t)
+                    else ap.error("--suffix: lower-case letters and digits"),
+                    help="name the file gpu_<device>_<suffix>.json: a run of some "
+                    "phases beside the device's full file (e.g. 'pages')")
     ap.add_argument("--commit", help="the commit, where the tree has no .git")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    unknown = set(args.phases) - set(book.gpudata.PHASES)
+    if unknown:
+        ap.error(f"--phases: no phase {', '.join(sorted(unknown))}")
     if args.child:
         return child_main(args.child)
     if args.wheels:
@@ -698,7 +749,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = scrub(data, {str(ROOT): "<repo>", str(out.resolve()): "<out>"})
     data["provenance"]["places"] = PLACES
-    path = out / f"gpu_{slug}.json"
+    path = out / f"gpu_{slug}{'_' + args.suffix if args.suffix else ''}.json"
     try:
         book.gpudata.validate(data)
     except book.gpudata.GpuDataError:

@@ -5,7 +5,9 @@
                                         (the JUnit XML that ./ci/test's jobs wrote)
   python ci/record.py --check-html F    fail unless the built page F shows run times
 
-The page book/record.md includes the generated file book/_generated/record.md.  It is
+The page book/record.md includes the generated file book/_generated/record.md: the
+versions, the run times, what a real GPU measured and which pages ran on which GPU
+(the GPU data files of ``ci/gpu_check``, read by ``ci/gpu_notebooks.py``).  It is
 made by the test run (./ci/test), never typed by hand, and it is not committed.  A
 record written without timings has no run-times section at all: the page's prose says
 where run times come from, and a build without tests ships no placeholder.
@@ -107,6 +109,85 @@ def gpu_lines() -> list[str]:
     return book.gpudata.record_lines(book.gpu_data("h200"))
 
 
+PAGES_HEADING = "Pages executed on a GPU"
+PAGES_HEADER = "| page | result | seconds | GPU | JAX | date | commit |"
+NO_PAGES = "No page of the book has been executed on a GPU yet."
+
+
+def _cell(text: str, width: int = 110) -> str:
+    """One table cell: no pipe, no newline, at most ``width`` characters."""
+    text = " ".join(str(text).replace("|", "/").split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def gpu_pages_lines(data_dir: Path | None = None) -> list[str]:
+    """Which pages were last executed on which GPU with which JAX (``ci/gpu_check``
+    runs them under lax nbval and writes a row per page), or that none has been."""
+    import gpu_notebooks
+
+    pages, runs = gpu_notebooks.executed_pages(data_dir or gpu_notebooks.DATA_DIR)
+    lines = [f"### {PAGES_HEADING}", ""]
+    if not pages:
+        said = NO_PAGES
+        if runs:
+            r = runs[0]
+            said += (f" The last GPU run (1 x {r['device']}, {r['date'][:10]}, commit "
+                     f"{str(r['commit'])[:12]}) measured the figures above, and ran "
+                     f"no page (its notebooks phase: {r['notebooks'] or 'absent'}).")
+        return lines + [said + " `ci/gpu_check` runs every page under lax nbval on a "
+                        "GPU and records each page's result here."]
+    listed = nbs.relative(nbs.notebooks())
+    order = [*listed, *sorted(p for p in pages if p not in listed)]
+    lines += ["Each page ran top to bottom in a fresh kernel on the GPU named, under "
+              "lax nbval: every cell executed and every assert checked, stored outputs "
+              "not compared (they are the canonical CPU run's). The newest run of each "
+              "page is shown; a page never run on a GPU says so.", "",
+              PAGES_HEADER, "| --- | --- | ---: | --- | --- | --- | --- |"]
+    for path in order:
+        row = pages.get(path)
+        if row is None:
+            lines.append(f"| `{path}` | not run on a GPU yet | | | | | |")
+            continue
+        result = row["status"]
+        if row["status"] != "ok" and row.get("error"):
+            result += f": {_cell(row['error'])}"
+        lines.append(f"| `{path}` | {result} | {row['wall_s']:.0f} | "
+                     f"{_cell(row['device'])} | {row['jax']} | {row['date'][:10]} | "
+                     f"`{str(row['commit'])[:12]}` |")
+    return lines
+
+
+def gpu_crossover_lines(data_dir: Path | None = None) -> list[str]:
+    """Each GPU run's push / index times beside the earlier run it names (the file's
+    ``crossover``), or nothing where no run has one."""
+    import gpu_notebooks
+
+    def us(x):
+        return "" if x is None else f"{x * 1e6:,.1f}"
+
+    lines = []
+    for path in gpu_notebooks.data_files(data_dir or gpu_notebooks.DATA_DIR):
+        data = json.loads(path.read_text())
+        cross = data.get("crossover") or {}
+        if data.get("dry_run") or not cross.get("rows"):
+            continue
+        prov, was = data["provenance"], cross.get("earlier") or {}
+        lines += ["", f"Push and index delivery on 1 x {prov['device_kind']} "
+                  f"({prov['date'][:10]}, JAX {prov['versions'].get('jax')}, "
+                  f"`{path.name}`) beside the run on 1 x {was.get('device')} "
+                  f"({str(was.get('date'))[:10]}, JAX {was.get('jax')}), "
+                  "microseconds per step:", "",
+                  "| neurons | push | index | faster | push before | index before "
+                  "| faster before |",
+                  "| ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+        for r in cross["rows"]:
+            a, b = r["now"], r["earlier"]
+            lines.append(f"| {r['neurons']:,} | {us(a['push_s'])} | {us(a['index_s'])} "
+                         f"| {a['faster'] or ''} | {us(b['push_s'])} | "
+                         f"{us(b['index_s'])} | {b['faster'] or ''} |")
+    return lines
+
+
 def write(junit_dir: Path | None, out: Path = OUT) -> None:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -126,7 +207,7 @@ def write(junit_dir: Path | None, out: Path = OUT) -> None:
     ]
     if junit_dir and junit_dir.is_dir():
         lines += times_table(junit_dir)
-    lines += ["", *gpu_lines()]
+    lines += ["", *gpu_lines(), *gpu_crossover_lines(), "", *gpu_pages_lines()]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print(f"[record] wrote {out}")

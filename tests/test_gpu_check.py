@@ -3,6 +3,9 @@
 The dry run writes a data file of the schema a GPU run writes; ``book.gpudata.validate``
 accepts it, and rejects planted bad files (a CPU run that claims a GPU, a time without
 its events or its compile time, a silent window, a failed phase with no error).  The
+pages run under lax nbval, each with its own timeout (``ci/gpu_notebooks.py``): a dry
+run of small pages gives one row per page, ok, failed, timeout or skipped, with the
+first error; the record page says which pages ran on which GPU, or that none has.  The
 wheel download for the device is checked as a command, never run.
 """
 
@@ -12,6 +15,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,19 @@ from shardbook import book
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "ci" / "gpu_check.py"
+sys.path.insert(0, str(ROOT / "ci"))
+
+import gpu_notebooks  # noqa: E402
+import record  # noqa: E402
+
+
+def _notebook(path: Path, *sources: str) -> Path:
+    """A small page of code cells (nbformat 4.5, with cell ids)."""
+    cells = [dict(id=f"c{i}", cell_type="code", execution_count=None, outputs=[],
+                  metadata={}, source=src) for i, src in enumerate(sources)]
+    path.write_text(json.dumps(dict(nbformat=4, nbformat_minor=5, metadata={},
+                                    cells=cells)))
+    return path
 
 
 def _tiny_notebook(path: Path) -> Path:
@@ -85,13 +102,176 @@ def test_dry_run_writes_the_schema(dry):
     assert all(r["events_per_step"] > 0 for r in dry["timing"]["coba"])
     assert dry["timing"]["coba_10s"]["published_s"] == [42.1, 56.0]
     assert dry["timing"]["rnn"][0]["seconds_per_step"] > 0
-    assert dry["notebooks"][0]["status"] == "ok"
+    page = dry["notebooks"][0]   # under lax nbval: both code cells, one raising
+    assert page["status"] == "ok" and page["mode"] == "nbval-lax"
+    assert page["cells"] == 2 and page["failed_cells"] == 0
+    assert page["device"] == "cpu" and page["jax"] == "0.10.2" and page["commit"]
+    # the push / index times beside the first H200 run's (none at the dry size)
+    cross = dry["crossover"]
+    assert cross["source"] == "<repo>/book/data/gpu_h200.json"
+    assert cross["earlier"]["device"] == "NVIDIA H200"
+    assert [r["neurons"] for r in cross["rows"]] == [840]
+    assert cross["rows"][0]["now"]["faster"] in ("push", "index")
+    assert cross["rows"][0]["earlier"]["push_s"] is None
     text = json.dumps(dry)   # no machine's folders: the --out folder and the repo
     assert dry["notebooks"][0]["path"] == "<out>/tiny.ipynb"
     assert str(ROOT) not in text and "/tmp/" not in text
     assert not any(dry["errors"].values()) and not dry["timing"]["errors"]
     assert dry["provenance"]["versions"]["brainpy"] == "2.8.2"
     assert "mismatch" in dry["provenance"]
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    """``ci/gpu_check --dry-run --phases notebooks`` on four small pages: one that
+    passes, one whose assert fails, one that outlives its own timeout, one missing."""
+    out = tmp_path_factory.mktemp("gpu_pages")
+    ok = _notebook(out / "ok.ipynb", "%matplotlib inline\nx = 6 * 7", "assert x == 42")
+    bad = _notebook(out / "bad.ipynb", "x = 1", "assert 6 * 7 == 41, 'planted'",
+                    "print(x)")
+    slow = _notebook(out / "slow.ipynb", "import time\ntime.sleep(300)")
+    env = book.child.clean_env({"JAX_PLATFORMS": "cpu"})
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--phases", "notebooks",
+         "--suffix", "pages", "--out", str(out), "--notebooks", str(ok), str(bad),
+         f"{slow}=6", str(out / "missing.ipynb")],
+        env=env, capture_output=True, text=True, timeout=300)
+    # a page that failed fails the command (exit 1), and the file is written
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((out / "gpu_cpu_pages.json").read_text())
+
+
+def test_every_page_has_its_row(pages):
+    book.gpudata.validate(pages)
+    rows = {Path(r["path"]).name: r for r in pages["notebooks"]}
+    assert list(rows) == ["ok.ipynb", "bad.ipynb", "slow.ipynb", "missing.ipynb"]
+    assert {k: r["status"] for k, r in rows.items()} == {
+        "ok.ipynb": "ok", "bad.ipynb": "failed", "slow.ipynb": "timeout",
+        "missing.ipynb": "skipped"}
+    assert all(r["mode"] == "nbval-lax" for r in rows.values())
+    assert rows["ok.ipynb"]["cells"] == 2 and rows["ok.ipynb"]["wall_s"] > 0
+    bad = rows["bad.ipynb"]   # the first error: its cell and its exception
+    assert bad["error"] == "Cell 1: AssertionError: planted"
+    assert bad["cells"] == 3 and bad["failed_cells"] == 1
+    assert "\x1b" not in bad["error_detail"] and "#x1B" not in bad["error_detail"]
+    slow = rows["slow.ipynb"]   # stopped at its own timeout, kernel and all
+    assert slow["timeout_s"] == 6 and 6 <= slow["wall_s"] < 60
+    assert slow["error"].startswith("stopped at its timeout of 6 s")
+    assert rows["missing.ipynb"]["why"] == "not in this tree"
+    for r in (rows["ok.ipynb"], bad, slow):   # where, when and with what each ran
+        assert (r["device"], r["jax"]) == ("cpu", "0.10.2") and r["date"]
+    assert "device" not in rows["missing.ipynb"]
+    ph = pages["phases"]
+    others = ("compile", "memory", "timing")
+    assert {k: ph[k]["status"] for k in others} == dict.fromkeys(others, "skipped")
+    assert ph["notebooks"]["status"] == "error"
+    assert "bad.ipynb: failed" in ph["notebooks"]["error"]
+    assert "slow.ipynb: timeout" in ph["notebooks"]["error"]
+    assert "crossover" not in pages   # no timing asked for
+    assert "/tmp/" not in json.dumps(pages) and str(ROOT) not in json.dumps(pages)
+
+
+def test_pages_order_budget_and_timeouts(tmp_path):
+    order = gpu_notebooks.default_pages()   # the quick start and the core first
+    assert order[:5] == list(gpu_notebooks.PRIORITY)
+    assert order[0] == "book/00-quick-start.ipynb"
+    toc = [p for p in book_notebooks() if p not in gpu_notebooks.PRIORITY]
+    assert order[5:] == toc and len(set(order)) == len(order)
+    assert gpu_notebooks.parse_page("book/x.ipynb=90") == ("book/x.ipynb", 90.0)
+    assert gpu_notebooks.parse_page("book/x.ipynb") == ("book/x.ipynb", None)
+    # its own timeout: 3 x its CPU time, at least the default
+    assert gpu_notebooks.page_timeout("book/04a-same-network.ipynb", 60) > 60
+    assert gpu_notebooks.page_timeout("book/no-such-page.ipynb", 60) == 60
+    page = _notebook(tmp_path / "p.ipynb", "x = 1")
+    rows = gpu_notebooks.run_pages([str(page)], lambda: 3.0, 60, True, log=len)
+    assert rows[0]["status"] == "skipped" and rows[0]["why"].startswith("budget")
+
+
+def book_notebooks():
+    import notebooks
+
+    return notebooks.relative(notebooks.notebooks())
+
+
+def _timing(rows):
+    return [dict(neurons=n, conn=c, seconds_per_step=t) for n, c, t in rows]
+
+
+def test_the_crossover_beside_the_earlier_run():
+    earlier = dict(provenance=dict(device_kind="NVIDIA H200", date="2026-12-04",
+                                   commit="abc", versions=dict(jax="0.11.2")),
+                   timing=dict(coba=_timing([(4200, "push", 7e-5),
+                                             (4200, "index", 2e-5),
+                                             (1_000_000, "push", 4e-4),
+                                             (1_000_000, "index", 5e-4)])))
+    now = _timing([(4200, "push", 14e-5), (4200, "index", 1e-5),
+                   (1_000_000, "push", 6e-4), (1_000_000, "index", 5e-4)])
+    got = gpu_notebooks.crossover(now, earlier, "book/data/gpu_h200.json")
+    assert got["earlier"] == dict(device="NVIDIA H200", date="2026-12-04",
+                                  commit="abc", jax="0.11.2")
+    small, large = got["rows"]
+    assert small["now"]["faster"] == small["earlier"]["faster"] == "index"
+    assert large["earlier"]["faster"] == "push" and large["now"]["faster"] == "index"
+    assert small["ratio"] == {"push": pytest.approx(2.0), "index": pytest.approx(0.5)}
+    lines = gpu_notebooks.crossover_lines(got)
+    assert len(lines) == 3 and "1,000,000" in lines[2]
+    alone = gpu_notebooks.crossover(now, None, None)   # no earlier file: said so
+    assert "earlier" not in alone and alone["rows"][0]["ratio"]["push"] is None
+    # the record page sets them side by side (the first H200 run had none)
+    crossed = [f for f in gpu_notebooks.data_files()
+               if json.loads(f.read_text()).get("crossover")]
+    assert bool(record.gpu_crossover_lines()) == bool(crossed)
+    run = dict(earlier, crossover=got, dry_run=False)
+    run["provenance"] = dict(earlier["provenance"], date="2026-12-06T10:00:00")
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "gpu_h200_pages.json").write_text(json.dumps(run))
+        lines = record.gpu_crossover_lines(Path(folder))
+    assert "(2026-12-06, JAX 0.11.2, `gpu_h200_pages.json`)" in lines[1]
+    assert lines[-1] == "| 1,000,000 | 600.0 | 500.0 | index | 400.0 | 500.0 | push |"
+
+
+def test_the_record_says_which_pages_ran_on_a_gpu(pages, tmp_path):
+    # the book's data: until a GPU run's pages are committed, it says none has run
+    # (the first H200 run skipped them)
+    said = record.gpu_pages_lines()
+    assert said[0] == f"### {record.PAGES_HEADING}"
+    if not gpu_notebooks.executed_pages()[0]:
+        assert said[-1].startswith(record.NO_PAGES) and "skipped" in said[-1]
+        assert record.PAGES_HEADER not in said
+    else:
+        assert record.PAGES_HEADER in said
+    # a GPU run whose pages ran: a table, the newest run of each page
+    run = copy.deepcopy(pages)
+    run.update(dry_run=False)
+    run["provenance"].update(platform="gpu", device_kind="NVIDIA H200",
+                             date="2026-12-06T10:00:00")
+    for i, row in enumerate(run["notebooks"]):
+        row["path"] = ["book/01-devices-and-shards.ipynb", "book/02-data-parallelism"
+                       ".ipynb", "book/03a-hidden-split.ipynb", "book/00-x.ipynb"][i]
+        if row["status"] != "skipped":
+            row.update(device="NVIDIA H200", jax="0.11.2", date="2026-12-06")
+    (tmp_path / "gpu_h200.json").write_text(json.dumps(run))
+    lines = record.gpu_pages_lines(tmp_path)
+    assert record.PAGES_HEADER in lines
+    table = "\n".join(lines)
+    assert ("| `book/01-devices-and-shards.ipynb` | ok | " in table
+            and "| NVIDIA H200 | 0.11.2 | 2026-12-06 |" in table)
+    assert "| `book/02-data-parallelism.ipynb` | failed: Cell 1: AssertionError: " \
+        "planted |" in table
+    assert "| `book/03a-hidden-split.ipynb` | timeout: stopped at its timeout" in table
+    assert "| `book/04a-same-network.ipynb` | not run on a GPU yet |" in table
+    assert "00-x" not in table   # skipped: not executed
+    older = copy.deepcopy(run)   # an older run of another GPU does not hide it
+    older["provenance"].update(device_kind="NVIDIA H100", date="2026-12-05T10:00:00")
+    for row in older["notebooks"]:
+        row.update(status="ok", device="NVIDIA H100", date="2026-12-05")
+    (tmp_path / "gpu_h100.json").write_text(json.dumps(older))
+    table = "\n".join(record.gpu_pages_lines(tmp_path))
+    assert "| `book/02-data-parallelism.ipynb` | failed" in table
+    assert "| `book/00-x.ipynb` | ok |" in table and "NVIDIA H100" in table
+    out = tmp_path / "record.md"   # and the whole record page carries the section
+    record.write(None, out)
+    assert f"### {record.PAGES_HEADING}" in out.read_text()
 
 
 def _rejected(data, match):
@@ -192,8 +372,12 @@ def test_wheels_are_pinned_and_only_named(monkeypatch, tmp_path):
     cmd = seen[0]
     assert cmd[cmd.index("--python-version") + 1] == "3.12" and "--no-deps" in cmd
     pins = mod.pins()
-    wanted = {f"{w}=={pins[w.replace('_', '-')]}" for w in mod.WHEELS}
+    wanted = {f"{w}=={pins[mod._norm(w)]}" for w in (*mod.WHEELS, *mod.NB_WHEELS)}
     assert wanted <= set(cmd) and "brainpy==2.8.2" in wanted
+    assert {"nbval==0.11.0", "ipykernel==7.4.0", "pyzmq==27.3.0"} <= wanted
+    # the pages' runner: every package nbval and ipykernel need that the device's
+    # image lacks (KINDS.md), e.g. IPython, whose absence stopped the first run's pages
+    assert {"ipython", "jupyter_client", "nbformat", "tornado"} <= set(mod.NB_WHEELS)
 
 
 def test_the_stored_gpu_run_and_its_verdicts_can_fail():
