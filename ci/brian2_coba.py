@@ -5,7 +5,8 @@ Runs in the Brian 2 virtual environment (ci/requirements-brian2.txt), never in t
 book's: it imports neither JAX nor shardbook.  The model is Brian 2's own
 ``examples/COBAHH.py`` (the same at tags 2.9.0 and 2.10.1): its equations, parameters,
 threshold (v > -20 mV), refractoriness (3 ms) and exponential Euler, in float64, with
-the cython code generator.  What changes between runs comes in a JSON spec:
+the cython code generator (or, in ``standalone``, Brian's cpp_standalone device).
+What changes between runs comes in a JSON spec:
 
 * ``graph``: ``"bernoulli"`` (``connect(p=...)``, the example's), ``"fixed"`` (NEST's
   ``fixed_indegree``, drawn with numpy: ``k`` sources per neuron, with replacement) or
@@ -18,10 +19,20 @@ the cython code generator.  What changes between runs comes in a JSON spec:
 
     python ci/brian2_coba.py run SPEC.json OUT.npz      # spikes (neuron, step) to OUT
     python ci/brian2_coba.py serve SPEC.json       # timing: lines "run MS" on stdin
+    python ci/brian2_coba.py standalone SPEC.json  # the same, cpp_standalone
 
 ``serve`` builds the network, runs 10 ms (compiling into Brian's cython cache), prints
 ``READY``, then answers every ``run MS`` line with one JSON line: the wall seconds of
-``run(MS * ms)`` and the spikes in it.
+``run(MS * ms)`` and the spikes in it.  ``rates`` in the spec picks the rate functions'
+form (``"exprel"``, the example's; ``"exp"``, its form before 2019: see ``RATES``).
+
+``standalone`` is ``serve`` in Brian's ``cpp_standalone`` mode, one thread (OpenMP
+off): it writes the C++ project (a 10 ms warm-up run, whose spikes are not counted,
+then a ``duration_ms`` run), compiles it with ``make`` (code generation and ``make``
+timed apart, in ``READY``), then answers every ``run MS`` line (``MS`` must be
+``duration_ms``) by running the binary again from the same start: Brian's own clock of
+the timed run (``seconds``), the binary's wall time with its loading and writing
+(``process_seconds``), and the spikes of the timed run.
 """
 
 from __future__ import annotations
@@ -32,7 +43,28 @@ import time
 
 import numpy as np
 
-EQS = """
+# The rate functions: "exprel" is examples/COBAHH.py as it stands at tags 2.9.0 and
+# 2.10.1 (commit 28baceb8, "Use exprel in examples", 2019-11-14; it is the model
+# everywhere in this book); "exp" is the same example before that commit (Brette et
+# al. 2007's form, x/(exp(x/k) - 1), with its removable singularity), kept only to
+# say what exprel costs.  alpha_h, beta_h and beta_n are the same in both.
+RATES = {
+    "exprel": """
+alpha_m = 0.32*(mV**-1)*4*mV/exprel((13*mV-v+VT)/(4*mV))/ms : Hz
+beta_m = 0.28*(mV**-1)*5*mV/exprel((v-VT-40*mV)/(5*mV))/ms : Hz
+alpha_n = 0.032*(mV**-1)*5*mV/exprel((15*mV-v+VT)/(5*mV))/ms : Hz
+""",
+    "exp": """
+alpha_m = 0.32*(mV**-1)*(13*mV-v+VT)/
+         (exp((13*mV-v+VT)/(4*mV))-1.)/ms : Hz
+beta_m = 0.28*(mV**-1)*(v-VT-40*mV)/
+        (exp((v-VT-40*mV)/(5*mV))-1)/ms : Hz
+alpha_n = 0.032*(mV**-1)*(15*mV-v+VT)/
+         (exp((15*mV-v+VT)/(5*mV))-1.)/ms : Hz
+""",
+}
+
+EQS_COMMON = """
 dv/dt = (gl*(El-v)+ge*(Ee-v)+gi*(Ei-v)-
          g_na*(m*m*m)*h*(v-ENa)-
          g_kd*(n*n*n*n)*(v-EK))/Cm : volt
@@ -41,13 +73,18 @@ dn/dt = alpha_n*(1-n)-beta_n*n : 1
 dh/dt = alpha_h*(1-h)-beta_h*h : 1
 dge/dt = -ge*(1./taue) : siemens
 dgi/dt = -gi*(1./taui) : siemens
-alpha_m = 0.32*(mV**-1)*4*mV/exprel((13*mV-v+VT)/(4*mV))/ms : Hz
-beta_m = 0.28*(mV**-1)*5*mV/exprel((v-VT-40*mV)/(5*mV))/ms : Hz
 alpha_h = 0.128*exp((17*mV-v+VT)/(18*mV))/ms : Hz
 beta_h = 4./(1+exp((40*mV-v+VT)/(5*mV)))/ms : Hz
-alpha_n = 0.032*(mV**-1)*5*mV/exprel((15*mV-v+VT)/(5*mV))/ms : Hz
 beta_n = .5*exp((10*mV-v+VT)/(40*mV))/ms : Hz
 """
+
+
+def equations(rates: str = "exprel") -> str:
+    """The model's equations with the rate functions of ``rates`` (see RATES)."""
+    return EQS_COMMON + RATES[rates]
+
+
+EQS = equations("exprel")  # the example's own form (tags 2.9.0, 2.10.1)
 
 
 def build(spec):
@@ -55,7 +92,8 @@ def build(spec):
     import brian2 as b2
     from brian2 import cm, ms, msiemens, mV, nS, siemens, ufarad, umetre
 
-    b2.prefs.codegen.target = spec.get("target", "cython")
+    if spec.get("device", "runtime") == "runtime":
+        b2.prefs.codegen.target = spec.get("target", "cython")
     b2.defaultclock.dt = spec.get("dt", 0.1) * ms
     b2.seed(spec["seed"])
     rng = np.random.default_rng(spec["seed"])
@@ -80,7 +118,7 @@ def build(spec):
     n = n_exc + n_inh
     P = b2.NeuronGroup(
         n,
-        model=b2.Equations(EQS),
+        model=b2.Equations(equations(spec.get("rates", "exprel"))),
         threshold="v>-20*mV",
         refractory=spec.get("refractory_ms", 3.0) * ms,
         method="exponential_euler",
@@ -150,6 +188,8 @@ def main(argv=None) -> int:
     import brian2 as b2
 
     b2.BrianLogger.log_level_error()
+    if mode == "standalone":
+        return standalone(spec, b2)
     t0 = time.perf_counter()
     net, mon, n = build(spec)
     build_s = time.perf_counter() - t0
@@ -204,6 +244,69 @@ def main(argv=None) -> int:
             )
         return 0
     raise SystemExit(f"unknown mode {mode!r}")
+
+
+def standalone(spec, b2) -> int:
+    """``standalone``: build the network as a C++ project, one thread (no OpenMP),
+    with a 10 ms warm-up run (its spikes not counted) and a ``duration_ms`` run; time
+    code generation and ``make`` apart; then answer each ``run`` line by running the
+    compiled binary once more, from the same start."""
+    import tempfile
+
+    directory = spec.get("directory") or tempfile.mkdtemp(prefix="brian2_coba_")
+    b2.set_device("cpp_standalone", directory=directory, build_on_run=False)
+    b2.prefs.devices.cpp_standalone.openmp_threads = 0
+    t0 = time.perf_counter()
+    net, mon, n = build(spec)
+    mon.active = False
+    net.run(10 * b2.ms)
+    mon.active = True
+    net.run(spec["duration_ms"] * b2.ms)
+    define_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    b2.device.build(directory=directory, compile=True, run=False, with_output=False)
+    build_s = time.perf_counter() - t0
+    make = b2.device.timers["compile"]
+    print(
+        "READY "
+        + json.dumps(
+            dict(
+                define_s=define_s,
+                codegen_s=build_s - make["make"] - (make["clean"] or 0.0),
+                make_s=make["make"],
+                make_clean_s=make["clean"],
+                build_s=build_s,
+                directory=directory,
+                compile_args=list(b2.prefs.codegen.cpp.extra_compile_args_gcc),
+                openmp_threads=b2.prefs.devices.cpp_standalone.openmp_threads,
+                brian2=b2.__version__,
+                numpy=np.__version__,
+            )
+        ),
+        flush=True,
+    )
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        if float(cmd[1]) != spec["duration_ms"]:
+            raise SystemExit(f"built for {spec['duration_ms']} ms, asked {cmd[1]}")
+        t0 = time.perf_counter()
+        b2.device.run(directory, with_output=False)
+        process_s = time.perf_counter() - t0
+        print(
+            json.dumps(
+                dict(
+                    # Brian's own clock of Network::run for the timed run: std::clock
+                    # (CPU seconds) without OpenMP, the wall seconds of one thread
+                    seconds=b2.device._last_run_time,
+                    process_seconds=process_s,
+                    spikes=int(mon.num_spikes),
+                )
+            ),
+            flush=True,
+        )
+    return 0
 
 
 if __name__ == "__main__":

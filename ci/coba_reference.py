@@ -7,7 +7,8 @@
 Brian 2 lives in a virtual environment of its own (``--venv``, default
 ``.venv-brian2``), made from ``ci/requirements-brian2.txt`` on first use; the reader's
 install never sees it.  The Brian side is ``ci/brian2_coba.py`` (Brian 2's
-``examples/COBAHH.py`` model, float64, cython), run as a child process.
+``examples/COBAHH.py`` model, float64; cython, or cpp_standalone for ``timing``), run as
+a child process.
 
 ``reference``: the Brette and NEST forms in Brian 2, ``--seeds`` seeds each with
 Brian's own random graph and start ("own"), and ``--export-seeds`` seeds with the
@@ -16,15 +17,24 @@ initial state and kick events as the book's run of that seed, so only the simula
 differs).  Each run's window (``regimes.PROTOCOL``) gives the statistics and the ISI
 histogram with the book's own functions.
 
-``timing``: Brian 2 (cython, its cache warmed by a first run) and the book's network
-on one CPU device, side by side: the same network (NEST's fixed in-degree of 64 + 16,
-the randomised start, exported from the book to Brian), at ``--sizes`` neurons, for
-every delivery of ``--deliveries`` (default: ``index``, the book's default, and
-``event``); ``--reps`` repetitions, interleaved (Brian, then each delivery, then again),
-``--sim-ms`` of model time each, compile excluded on both sides.  The spikes of each
-timed window are recorded beside its time.  Brian 2 also runs a fifth as long before
-each timed run: the difference gives its cost per simulated second without the fixed
-cost of a ``run()`` call (code generation and checks; small at these lengths).
+``timing``: Brian 2 and the book's network on one CPU core, side by side: the same
+network (NEST's fixed in-degree of 64 + 16, the randomised start, exported from the
+book to Brian: the same synapses, weights and initial state), at ``--sizes`` neurons,
+for every delivery of ``--deliveries`` (default: ``index``, the book's default, and
+``event``) and every Brian mode of ``--brian-modes`` (``BRIAN_MODES``: cython runtime
+and cpp_standalone, one thread, each with the example's rate functions, ``exprel``, and
+their form before 2019, ``exp``); ``--reps`` repetitions, interleaved (each Brian mode,
+then each delivery, then again), ``--sim-ms`` of model time each, compile excluded on
+both sides (Brian's cython cache is warmed by a first run; cpp_standalone's code
+generation and ``make`` are timed apart, once per size, under ``warm``).  The spikes of
+each timed window are recorded beside its time, and each row names its Brian mode and
+rate functions.  The row named ``brian2`` is cython with exprel, as in the first
+version of the file.  Brian 2's cython modes also run a fifth as long before each timed
+run: the difference gives its cost per simulated second without the fixed cost of a
+``run()`` call (code generation and checks; small at these lengths).  A cpp_standalone
+row's ``seconds`` is Brian's own clock of the timed ``Network::run`` (OpenMP off, one
+thread); ``process_seconds`` is the binary's whole wall time (start, loading the
+arrays, a 10 ms warm-up, the run, writing the results).
 """
 
 from __future__ import annotations
@@ -229,6 +239,68 @@ def reference(args, py) -> int:
     return 0
 
 
+# Brian 2's modes in ``timing``: who (the row's name), Brian's mode, the rate functions'
+# form.  "brian2" keeps its name from the first version of the file (cython, exprel):
+# the readers of book/data/coba_brian2_timing.json look it up by that name.
+BRIAN_MODES = {
+    "cython/exprel": ("brian2", "cython", "exprel"),
+    "cython/exp": ("brian2/cython/exp", "cython", "exp"),
+    "cpp_standalone/exprel": ("brian2/cpp_standalone", "cpp_standalone", "exprel"),
+    "cpp_standalone/exp": ("brian2/cpp_standalone/exp", "cpp_standalone", "exp"),
+}
+# Brian 2's examples/COBAHH.py, whose model ci/brian2_coba.py runs
+EXAMPLE = dict(
+    file="examples/COBAHH.py",
+    tag="2.9.0",
+    commit="31f945d4e4f03ae5c9513f06efd596f8f97af500",
+    rates="exprel",
+    rates_note="the example writes alpha_m, beta_m and alpha_n with exprel since "
+    "commit 28baceb8d2ab49e7ca1b3e4948a5c3008d92476c ('Use exprel in examples', "
+    "2019-11-14; the same at tags 2.9.0 and 2.10.1); 'exp' is its form before that "
+    "commit (x/(exp(x/k)-1), Brette et al. 2007), timed only to say what exprel costs",
+)
+
+
+class _Brian:
+    """One Brian 2 child process (``serve`` or ``standalone``) answering ``run MS``."""
+
+    def __init__(self, py, spec: dict, tmp: Path, key: str):
+        who, mode, rates = BRIAN_MODES[key]
+        self.who, self.mode, self.rates = who, mode, rates
+        spec = dict(spec, rates=rates)
+        cmd = "serve"
+        if mode == "cpp_standalone":
+            cmd = "standalone"
+            spec["directory"] = str(tmp / f"standalone_{rates}")
+        spec_file = tmp / f"spec_{key.replace('/', '_')}.json"
+        spec_file.write_text(json.dumps(spec))
+        self.proc = subprocess.Popen(
+            [str(py), str(BRIAN), cmd, str(spec_file)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=brian_env(),
+        )
+        ready = self.proc.stdout.readline()
+        if not ready.startswith("READY "):
+            self.proc.kill()
+            raise RuntimeError(f"Brian 2 ({key}): {ready!r}")
+        self.info = json.loads(ready[6:])
+
+    def run(self, ms: float) -> dict:
+        self.proc.stdin.write(f"run {ms}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"Brian 2 ({self.who}) ended")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=120)
+
+
 def timing(args, py) -> int:
     import jax
 
@@ -238,10 +310,29 @@ def timing(args, py) -> int:
 
     coba = book.coba
     data = _start(args, regimes.TIMING_SCHEMA, resume=False)
-    data["simulator"] = dict(name="Brian 2", target="cython", dtype="float64")
+    data["simulator"] = dict(
+        name="Brian 2",
+        target="cython",  # of the rows named "brian2"; each row names its own
+        dtype="float64",
+        example=EXAMPLE,
+        modes={
+            BRIAN_MODES[k][0]: dict(mode=BRIAN_MODES[k][1], rates=BRIAN_MODES[k][2])
+            for k in args.brian_modes
+        },
+        cpp_standalone=dict(
+            openmp_threads=0,
+            seconds="Brian's own clock of Network::run for the timed run "
+            "(results/last_run_info.txt: std::clock without OpenMP); "
+            "process_seconds: the whole binary (start, load, 10 ms warm-up, "
+            "the run, write)",
+            build="code generation and make timed apart (warm.<size>.brian), "
+            "once per size and form, never in a row's seconds",
+        ),
+    )
     data.update(
         sizes=args.sizes,
         deliveries=args.deliveries,
+        brian_modes=args.brian_modes,
         reps=args.reps,
         sim_ms=args.sim_ms,
         network=dict(graph="fixed", start="random", k=[64, 16], seed=1),
@@ -253,6 +344,7 @@ def timing(args, py) -> int:
         else jax.devices()[:1]
     )
     steps = int(round(args.sim_ms / coba.DT))
+    load_before = os.getloadavg()[0]  # the machine should be quiet: recorded
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for neurons in args.sizes:
@@ -275,41 +367,49 @@ def timing(args, py) -> int:
                 start="file",
                 export=str(tmp / "export.npz"),
                 record=False,
+                duration_ms=args.sim_ms,
             )
-            (tmp / "spec.json").write_text(json.dumps(spec))
-            server = subprocess.Popen(
-                [str(py), str(BRIAN), "serve", str(tmp / "spec.json")],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                env=brian_env(),
-            )
-            ready = server.stdout.readline()
-            if not ready.startswith("READY "):
-                raise RuntimeError(f"Brian 2 server: {ready!r}")
-            info = json.loads(ready[6:])
+            # one child per mode, started one after the other (a build is not timed
+            # against another); all wait on their stdin while another one runs
+            brians = []
+            (tmp / str(neurons)).mkdir(exist_ok=True)
+            for key in args.brian_modes:
+                brians.append(_Brian(py, spec, tmp / str(neurons), key))
+                print(f"[timing] {neurons} neurons: {key} ready, "
+                      f"{json.dumps(brians[-1].info)}", flush=True)
+            info = brians[0].info
             data["simulator"]["versions"] = dict(
                 brian2=info["brian2"], numpy=info["numpy"]
             )
-            data.setdefault("warm", {})[str(neurons)] = dict(
-                brian_build_s=info["build_s"],
-                brian_first_run_s=info["warm_s"],
+            warm = dict(
                 book_compile_s={d: s for d, (_, s) in sims.items()},
+                brian={
+                    b.who: {k: v for k, v in b.info.items() if k != "directory"}
+                    for b in brians
+                },
             )
+            if "brian2" in warm["brian"]:  # the first version's keys
+                warm.update(brian_build_s=warm["brian"]["brian2"]["build_s"],
+                            brian_first_run_s=warm["brian"]["brian2"]["warm_s"])
+            data.setdefault("warm", {})[str(neurons)] = warm
             for rep in range(args.reps):
-                # Brian pays a fixed cost per run() call (code objects, checks): a
-                # short run and a long one give the cost per simulated second apart
-                short = {}
-                for ms in (args.sim_ms / 5, args.sim_ms):
-                    server.stdin.write(f"run {ms}\n")
-                    server.stdin.flush()
-                    short[ms] = json.loads(server.stdout.readline())
-                got = short[args.sim_ms]
-                data["rows"].append(
-                    dict(neurons=neurons, who="brian2", rep=rep, seconds=got["seconds"],
-                         sim_ms=args.sim_ms, spikes=got["spikes"],
-                         short_seconds=short[args.sim_ms / 5]["seconds"],
-                         short_sim_ms=args.sim_ms / 5))
+                for b in brians:
+                    row = dict(neurons=neurons, who=b.who, rep=rep, mode=b.mode,
+                               rates=b.rates, sim_ms=args.sim_ms)
+                    if b.mode == "cpp_standalone":
+                        got = b.run(args.sim_ms)
+                        row.update(seconds=got["seconds"], spikes=got["spikes"],
+                                   process_seconds=got["process_seconds"])
+                    else:
+                        # Brian pays a fixed cost per run() call (code objects,
+                        # checks): a short run and a long one give the cost per
+                        # simulated second apart
+                        short = b.run(args.sim_ms / 5)
+                        got = b.run(args.sim_ms)
+                        row.update(seconds=got["seconds"], spikes=got["spikes"],
+                                   short_seconds=short["seconds"],
+                                   short_sim_ms=args.sim_ms / 5)
+                    data["rows"].append(row)
                 for d, (sim, _) in sims.items():
                     before = sum(sim.totals().values())
                     _, seconds = sim.timed_run(steps)
@@ -331,50 +431,93 @@ def timing(args, py) -> int:
                     if r["neurons"] == neurons and r["rep"] == rep
                 )
                 print(f"[timing] {neurons} neurons, rep {rep}: {line}", flush=True)
-            server.stdin.write("quit\n")
-            server.stdin.flush()
-            server.wait(timeout=60)
+            for b in brians:
+                b.close()
+    data["provenance"]["load_average_1min"] = dict(before=load_before,
+                                                   after=os.getloadavg()[0])
     data["summary"] = summarize(data)
     write(args.out, data)
     for row in data["summary"]:
         print(f"[timing] {row}", flush=True)
+    for line in speedups(data):
+        print(f"[timing] {line}", flush=True)
     return 0
 
 
+def speedups(data) -> list[str]:
+    """One line per size and delivery: how many times as fast as each Brian 2 row
+    (median seconds per simulated second), with the work (neurons, model time,
+    spikes of one timed window), and what exprel costs in each Brian mode."""
+    s = {(r["neurons"], r["who"]): r for r in data["summary"]}
+    brians = [w for w in data["simulator"].get("modes", {"brian2": {}})]
+    out = []
+    for n in data["sizes"]:
+        for d in data["deliveries"]:
+            me = s[n, f"book/{d}"]
+            spikes = me["spikes_per_step"] * data["sim_ms"] / 0.1
+            fast = ", ".join(f"{s[n, w]['s_per_sim_s'] / me['s_per_sim_s']:.1f}x {w}"
+                             for w in brians if (n, w) in s)
+            out.append(f"{n:,} neurons, {data['sim_ms']:g} ms, {spikes:,.0f} spikes: "
+                       f"book/{d} as fast as {fast}")
+        for slow, quick in (("brian2", "brian2/cython/exp"),
+                            ("brian2/cpp_standalone", "brian2/cpp_standalone/exp")):
+            if (n, slow) in s and (n, quick) in s:
+                cost = s[n, slow]["s_per_sim_s"] / s[n, quick]["s_per_sim_s"]
+                out.append(f"{n:,} neurons: exprel costs {cost:.2f}x in {slow}")
+    return out
+
+
 def summarize(data) -> list[dict]:
-    """Median seconds per simulated second, and the ratio to Brian 2, per size."""
+    """Median seconds per simulated second per size and row name (``who``), and the
+    ratio to each Brian 2 row: ``vs_brian2`` to "brian2" (cython, exprel: the first
+    version's only Brian row), ``vs`` to every Brian 2 row by name."""
     import numpy as np  # noqa: F811
 
     out = []
     for neurons in data["sizes"]:
         rows = [r for r in data["rows"] if r["neurons"] == neurons]
-        med = {}
+        med, marginal_brian2 = {}, None
+        mine_out = []
         for who in sorted({r["who"] for r in rows}):
             mine = [r for r in rows if r["who"] == who]
             med[who] = float(
                 np.median([r["seconds"] / (r["sim_ms"] * 1e-3) for r in mine])
             )
             spikes = float(np.median([r["spikes"] for r in mine]))
-            out.append(
-                dict(
-                    neurons=neurons,
-                    who=who,
-                    s_per_sim_s=med[who],
-                    spikes_per_step=spikes / (mine[0]["sim_ms"] / 0.1),
-                    reps=len(mine),
-                )
+            row = dict(
+                neurons=neurons,
+                who=who,
+                s_per_sim_s=med[who],
+                spikes_per_step=spikes / (mine[0]["sim_ms"] / 0.1),
+                reps=len(mine),
             )
-        brian = [r for r in rows if r["who"] == "brian2"]
-        marginal = float(np.median([(r["seconds"] - r["short_seconds"])
-                                    / ((r["sim_ms"] - r["short_sim_ms"]) * 1e-3)
-                                    for r in brian]))
-        out.append(dict(neurons=neurons, who="brian2 (per simulated s, without the "
-                        "fixed cost of a run() call)", s_per_sim_s=marginal,
-                        reps=len(brian)))
-        for row in out:
-            if row["neurons"] == neurons:
+            for k in ("mode", "rates"):
+                if k in mine[0]:
+                    row[k] = mine[0][k]
+            if "process_seconds" in mine[0]:
+                row["process_s_per_sim_s"] = float(np.median(
+                    [r["process_seconds"] / (r["sim_ms"] * 1e-3) for r in mine]))
+            mine_out.append(row)
+        for who in sorted(med):
+            brian = [r for r in rows if r["who"] == who and "short_seconds" in r]
+            if not brian:
+                continue
+            marginal = float(np.median([(r["seconds"] - r["short_seconds"])
+                                        / ((r["sim_ms"] - r["short_sim_ms"]) * 1e-3)
+                                        for r in brian]))
+            mine_out.append(dict(neurons=neurons, who=f"{who} (per simulated s, "
+                                 "without the fixed cost of a run() call)",
+                                 s_per_sim_s=marginal, reps=len(brian)))
+            if who == "brian2":
+                marginal_brian2 = marginal
+        brians = [w for w in med if w.startswith("brian2")]
+        for row in mine_out:
+            row["vs"] = {w: row["s_per_sim_s"] / med[w] for w in brians}
+            if "brian2" in med:
                 row["vs_brian2"] = row["s_per_sim_s"] / med["brian2"]
-                row["vs_brian2_marginal"] = row["s_per_sim_s"] / marginal
+            if marginal_brian2 is not None:
+                row["vs_brian2_marginal"] = row["s_per_sim_s"] / marginal_brian2
+        out += mine_out
     return out
 
 
@@ -415,6 +558,13 @@ def main(argv=None) -> int:
         nargs="+",
         default=["index", "event"],
         help="the book's deliveries to time (conn= of coba.build)",
+    )
+    ap.add_argument(
+        "--brian-modes",
+        nargs="+",
+        default=list(BRIAN_MODES),
+        choices=sorted(BRIAN_MODES),
+        help="Brian 2's modes and rate functions to time (mode/rates)",
     )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--sim-ms", type=float, default=500.0)
