@@ -65,7 +65,7 @@ def test_the_quick_start_is_first_and_imports_only_public_packages():
     assert "jax_num_cpu_devices" in setup and "shardbook" not in setup
     # the setup comes first: no cell before it imports brainpy
     assert "import brainpy" not in setup and "import brainpy" in "".join(cells[1:])
-    # the changed lines are marked, as the discussion's maintainer marked his
+    # the changed lines are marked, as the maintainer of issue 641 marked his
     assert sum(cell.count("# [KEY]") for cell in cells) >= 7
 
 
@@ -79,19 +79,31 @@ def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+LAYOUT = "every array split as named, 1/n of its bytes on each device: {}"
+# planted in the split run: the last device's block of W_out is zeroed, so its share
+# of every output y = h W_out is lost while every layout stays as named
+DROP = """
+w = model.wout.value
+model.wout.value = jax.make_array_from_single_device_arrays(
+    w.shape, w.sharding,
+    [s.data * (s.device != devices[-1]) for s in w.addressable_shards])
+"""
+
+
 @pytest.mark.parametrize("devices", [8, 3])
 def test_the_quick_start_runs_as_a_plain_script_without_shardbook(tmp_path, devices):
     done = _run(script(devices=devices), tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert VERDICT in done.stdout.splitlines(), done.stdout[-2000:]
+    out = done.stdout.splitlines()
+    assert VERDICT in out and LAYOUT.format(True) in out, done.stdout[-2000:]
     assert f"{devices} cpu devices" in done.stdout
 
 
-@pytest.mark.parametrize("bug", ["outside", "share", "shardbook"])
+@pytest.mark.parametrize("bug", ["outside", "drop", "shardbook"])
 def test_the_script_check_fails_when_its_claim_breaks(tmp_path, bug):
-    """Planted: a model built outside the mesh fails the layout check; a one-device
-    run on data that lost 1/8 of its share fails the same-losses check; a page that
-    imports shardbook fails to run here."""
+    """Planted: a model built outside the mesh fails the layout check (its losses are
+    right); a device that drops its share of W_out fails the same-losses check (its
+    layouts are right); a page that imports shardbook fails to run here."""
     cells = _cells()
     if bug == "outside":
         fit = next(i for i, c in enumerate(cells) if c.startswith("def build("))
@@ -100,18 +112,26 @@ def test_the_script_check_fails_when_its_claim_breaks(tmp_path, bug):
         src = src.replace("        model = RNN(", "    model = RNN(", 1)
         cells[fit] = src.replace("        bm.random.seed(123)\n",
                                  "        pass\n    bm.random.seed(123)\n", 1)
-        # the shard table runs before the layout check: stop after the check
-        check = next(i for i, c in enumerate(cells) if "split as named" in c)
+        # the shard table runs before the layout check: stop after its asserts
+        check = next(i for i, c in enumerate(cells) if "assert split_as_named" in c)
         cells = cells[:check + 1]
-    elif bug == "share":
-        one = next(i for i, c in enumerate(cells) if c.startswith("one_losses = "))
-        cells.insert(one, "X_train = X_train * np.float32(7 / 8)")
+    elif bug == "drop":
+        fit = next(i for i, c in enumerate(cells) if c.startswith("def build("))
+        line = "model, mesh = build(devices)\n"
+        assert cells[fit].count(line) == 1
+        cells[fit] = cells[fit].replace(line, line + DROP, 1)
+        check = next(i for i, c in enumerate(cells) if c.startswith("assert same"))
+        cells = cells[:check + 1]
     else:
         cells.insert(2, "import shardbook")
-    done = _run(script(cells), tmp_path)
+    # 4 devices: enough to split, cheaper to compile than 8
+    done = _run(script(cells, devices=4), tmp_path)
     assert done.returncode != 0
-    err = done.stderr
-    if bug in ("outside", "share"):
-        assert "AssertionError" in err
+    err, out = done.stderr, done.stdout.splitlines()
+    if bug == "outside":
+        assert "AssertionError" in err and LAYOUT.format(False) in out, done.stdout
+    elif bug == "drop":
+        assert "AssertionError" in err and LAYOUT.format(True) in out, done.stdout
+        assert VERDICT.replace("True", "False") in out, done.stdout
     else:
         assert "ImportError" in err or "ModuleNotFound" in err
