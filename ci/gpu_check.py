@@ -645,7 +645,7 @@ def prediction(jobs: dict, progs: list, description: str, target: str = "h200") 
     return out
 
 
-def _norm(name: str) -> str:
+def norm(name: str) -> str:
     return name.lower().replace("_", "-")
 
 
@@ -658,7 +658,7 @@ def wheels(folder: Path) -> int:
            "--python-version", "3.12", "--implementation", "cp", "-d", str(folder)]
     for p in PLATFORMS:
         cmd += ["--platform", p]
-    cmd += [f"{w}=={pinned[_norm(w)]}" for w in (*WHEELS, *NB_WHEELS)]
+    cmd += [f"{w}=={pinned[norm(w)]}" for w in (*WHEELS, *NB_WHEELS)]
     print(" ".join(cmd), flush=True)
     rc = subprocess.run(cmd).returncode
     # the device's copy of the tree has no .git: the commit travels beside the wheels

@@ -36,7 +36,7 @@ PATH_PAGES = ("book/00-quick-start.ipynb", "book/01-devices-and-shards.ipynb",
               "book/04a-same-network.ipynb")
 CORE_PAGES = PATH_PAGES[1:]
 
-_FENCE = re.compile(r"(```|~~~).*?\1", re.S)
+FENCE = re.compile(r"(```|~~~).*?\1", re.S)
 _MATH_BLOCK = re.compile(r"\$\$.*?\$\$", re.S)
 _MATH = re.compile(r"\$[^$\n]+\$")
 _CODE = re.compile(r"`[^`\n]*`")
@@ -63,7 +63,7 @@ def markdown_of(path: Path) -> str:
 def prose_of(markdown: str) -> str:
     """Markdown with code, math, link targets, comments and directives taken out."""
     text = _COMMENT.sub(" ", markdown)
-    text = _FENCE.sub("\n\n", text)
+    text = FENCE.sub("\n\n", text)
     text = _MATH_BLOCK.sub(" ", text)
     text = "\n".join(line for line in text.splitlines()
                      if not line.lstrip().startswith((":::", "```", "(", "+++")))
@@ -120,7 +120,7 @@ def read(path: Path) -> Reading:
     markdown = markdown_of(path)
     found = sentences(prose_of(markdown))
     # the words kept off the path are looked for in inline code and links too
-    looked = _FENCE.sub(" ", _COMMENT.sub(" ", markdown))
+    looked = FENCE.sub(" ", _COMMENT.sub(" ", markdown))
     lower = looked.lower()
     internals = {t: looked.count(t) for t in INTERNALS if t in looked}
     validation = {t: lower.count(t) for t in VALIDATION_WORDS if t in lower}

@@ -89,9 +89,12 @@ def test_the_stored_summary_is_recomputed_the_same():
 
 def test_a_file_with_the_new_rows_reads_as_before():
     data = _stored()
+    # the first version's rows only: Brian 2 in cython with exprel, and the book's
+    first = [r for r in data["rows"]
+             if r["who"] == "brian2" or r["who"].startswith("book/")]
     rows = [
         dict(r, mode="cython", rates="exprel") if r["who"] == "brian2" else r
-        for r in data["rows"]
+        for r in first
     ]
     for r in list(rows):
         if r["who"] != "brian2":

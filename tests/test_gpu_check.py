@@ -372,7 +372,7 @@ def test_wheels_are_pinned_and_only_named(monkeypatch, tmp_path):
     cmd = seen[0]
     assert cmd[cmd.index("--python-version") + 1] == "3.12" and "--no-deps" in cmd
     pins = mod.pins()
-    wanted = {f"{w}=={pins[mod._norm(w)]}" for w in (*mod.WHEELS, *mod.NB_WHEELS)}
+    wanted = {f"{w}=={pins[mod.norm(w)]}" for w in (*mod.WHEELS, *mod.NB_WHEELS)}
     assert wanted <= set(cmd) and "brainpy==2.8.2" in wanted
     assert {"nbval==0.11.0", "ipykernel==7.4.0", "pyzmq==27.3.0"} <= wanted
     # the pages' runner: every package nbval and ipykernel need that the device's

@@ -51,7 +51,7 @@ def test_the_measure_catches_long_sentences_and_internals():
                "the margin, rtol, atol, nbval and tests/ are named here.")
     words = prose.sentences(prose.prose_of(planted))
     assert len(words) == 2 and len(words[0]) > 40
-    looked = prose._FENCE.sub(" ", planted)
+    looked = prose.FENCE.sub(" ", planted)
     assert "Combiner" in looked and "xla/" in looked
     code_only = ("```python\nx = 1  # the tolerance in code is not prose\n```\n"
                  "Short one.")
