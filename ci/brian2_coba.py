@@ -80,6 +80,21 @@ beta_n = .5*exp((10*mV-v+VT)/(40*mV))/ms : Hz
 """
 
 
+
+def _ready(b2, **info) -> None:
+    """Tell the parent the simulator is built: READY and what it took, with versions."""
+    info.update(brian2=b2.__version__, numpy=np.__version__)
+    print("READY " + json.dumps(info), flush=True)
+
+
+def _commands():
+    """The parent's commands, one line each, until "quit" or the end of input."""
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            return
+        yield cmd
+
 def equations(rates: str = "exprel") -> str:
     """The model's equations with the rate functions of ``rates`` (see RATES)."""
     return EQS_COMMON + RATES[rates]
@@ -219,22 +234,8 @@ def main(argv=None) -> int:
     if mode == "serve":
         t0 = time.perf_counter()
         net.run(10 * b2.ms)  # compiles, or loads from the cython cache
-        print(
-            "READY "
-            + json.dumps(
-                dict(
-                    build_s=build_s,
-                    warm_s=time.perf_counter() - t0,
-                    brian2=b2.__version__,
-                    numpy=np.__version__,
-                )
-            ),
-            flush=True,
-        )
-        for line in sys.stdin:
-            cmd = line.split()
-            if not cmd or cmd[0] == "quit":
-                break
+        _ready(b2, build_s=build_s, warm_s=time.perf_counter() - t0)
+        for cmd in _commands():
             before = int(mon.num_spikes)
             t0 = time.perf_counter()
             net.run(float(cmd[1]) * b2.ms)
@@ -268,28 +269,18 @@ def standalone(spec, b2) -> int:
     b2.device.build(directory=directory, compile=True, run=False, with_output=False)
     build_s = time.perf_counter() - t0
     make = b2.device.timers["compile"]
-    print(
-        "READY "
-        + json.dumps(
-            dict(
-                define_s=define_s,
-                codegen_s=build_s - make["make"] - (make["clean"] or 0.0),
-                make_s=make["make"],
-                make_clean_s=make["clean"],
-                build_s=build_s,
-                directory=directory,
-                compile_args=list(b2.prefs.codegen.cpp.extra_compile_args_gcc),
-                openmp_threads=b2.prefs.devices.cpp_standalone.openmp_threads,
-                brian2=b2.__version__,
-                numpy=np.__version__,
-            )
-        ),
-        flush=True,
+    _ready(
+        b2,
+        define_s=define_s,
+        codegen_s=build_s - make["make"] - (make["clean"] or 0.0),
+        make_s=make["make"],
+        make_clean_s=make["clean"],
+        build_s=build_s,
+        directory=directory,
+        compile_args=list(b2.prefs.codegen.cpp.extra_compile_args_gcc),
+        openmp_threads=b2.prefs.devices.cpp_standalone.openmp_threads,
     )
-    for line in sys.stdin:
-        cmd = line.split()
-        if not cmd or cmd[0] == "quit":
-            break
+    for cmd in _commands():
         if float(cmd[1]) != spec["duration_ms"]:
             raise SystemExit(f"built for {spec['duration_ms']} ms, asked {cmd[1]}")
         t0 = time.perf_counter()
