@@ -7,7 +7,7 @@
 
 The page book/record.md includes the generated file book/_generated/record.md: the
 versions, the run times, what a real GPU measured and which pages ran on which GPU
-(the GPU data files of ``ci/gpu_check``, read by ``ci/gpu_notebooks.py``).  It is
+(the GPU data files of ``lab/gpu_check``, read by ``lab/gpu_notebooks.py``).  It is
 made by the test run (./ci/test), never typed by hand, and it is not committed.  A
 record written without timings has no run-times section at all: the page's prose says
 where run times come from, and a build without tests ships no placeholder.
@@ -102,7 +102,7 @@ def times_table(junit_dir: Path) -> list[str]:
 
 
 def gpu_lines() -> list[str]:
-    """What a real GPU measured (``ci/gpu_check``'s data file), or that nothing has."""
+    """What a real GPU measured (``lab/gpu_check``'s data file), or that nothing has."""
     sys.path.insert(0, str(ROOT))
     from shardbook import book
 
@@ -121,7 +121,7 @@ def _cell(text: str, width: int = 110) -> str:
 
 
 def gpu_pages_lines(data_dir: Path | None = None) -> list[str]:
-    """Which pages were last executed on which GPU with which JAX (``ci/gpu_check``
+    """Which pages were last executed on which GPU with which JAX (``lab/gpu_check``
     runs them under lax nbval and writes a row per page), or that none has been."""
     import gpu_notebooks
 
@@ -134,7 +134,7 @@ def gpu_pages_lines(data_dir: Path | None = None) -> list[str]:
             said += (f" The last GPU run (1 x {r['device']}, {r['date'][:10]}, commit "
                      f"{str(r['commit'])[:12]}) measured the figures above, and ran "
                      f"no page (its notebooks phase: {r['notebooks'] or 'absent'}).")
-        return lines + [said + " `ci/gpu_check` runs every page under lax nbval on a "
+        return lines + [said + " `lab/gpu_check` runs every page under lax nbval on a "
                         "GPU and records each page's result here."]
     listed = nbs.relative(nbs.notebooks())
     order = [*listed, *sorted(p for p in pages if p not in listed)]
@@ -162,9 +162,6 @@ def gpu_crossover_lines(data_dir: Path | None = None) -> list[str]:
     ``crossover``), or nothing where no run has one."""
     import gpu_notebooks
 
-    def us(x):
-        return "" if x is None else f"{x * 1e6:,.1f}"
-
     lines = []
     for path in gpu_notebooks.data_files(data_dir or gpu_notebooks.DATA_DIR):
         data = json.loads(path.read_text())
@@ -176,15 +173,8 @@ def gpu_crossover_lines(data_dir: Path | None = None) -> list[str]:
                   f"({prov['date'][:10]}, JAX {prov['versions'].get('jax')}, "
                   f"`{path.name}`) beside the run on 1 x {was.get('device')} "
                   f"({str(was.get('date'))[:10]}, JAX {was.get('jax')}), "
-                  "microseconds per step:", "",
-                  "| neurons | push | index | faster | push before | index before "
-                  "| faster before |",
-                  "| ---: | ---: | ---: | --- | ---: | ---: | --- |"]
-        for r in cross["rows"]:
-            a, b = r["now"], r["earlier"]
-            lines.append(f"| {r['neurons']:,} | {us(a['push_s'])} | {us(a['index_s'])} "
-                         f"| {a['faster'] or ''} | {us(b['push_s'])} | "
-                         f"{us(b['index_s'])} | {b['faster'] or ''} |")
+                  "microseconds per step:", "", "```text",
+                  *gpu_notebooks.crossover_lines(cross), "```"]
     return lines
 
 

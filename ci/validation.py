@@ -84,7 +84,7 @@ def write() -> None:
             runs = ", ".join(c["runs"])
             lines.append(f"| `{name}` | {tol} | {runs} | {fmt_margin(c)} |")
     else:
-        lines.append("No margins have been measured yet: run `./ci/margins`.")
+        lines.append("No margins have been measured yet: run `./lab/margins`.")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"[validation] wrote {OUT.relative_to(ROOT)}")

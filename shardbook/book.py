@@ -56,7 +56,7 @@ _MODULES = {
     "cluster": "cluster",          # cluster failures reproduced on one machine (5c)
     "private": "private",          # every private JAX/brainstate/Orbax touch point
     "hardware": "hardware",        # cited GPU figures (H200, H100) for the cost models
-    "gpudata": "gpudata",          # the real-GPU data file of ci/gpu_check, validated
+    "gpudata": "gpudata",          # the real-GPU data file of lab/gpu_check, validated
     "traces": "traces",            # a jax.profiler trace written and read back (ch. 7)
     "explorer": "explorer",        # the interactive sharding explorer (ch. 1)
 }

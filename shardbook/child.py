@@ -3,7 +3,7 @@
 Three parts of the book run Python in a child process and read a result back: the
 GPU-target compiles (:mod:`shardbook.gputarget`), the multi-process workers of chapter
 5a (:mod:`shardbook.multiprocess`) and the scale sweep of chapter 4
-(``ci/coba_sweep.py``).  They all do it through this module:
+(``lab/coba_sweep.py``).  They all do it through this module:
 
 * :func:`clean_env`: this process's environment without ``JAX_*``, ``XLA_*`` and
   ``BOOK_NUM_DEVICES`` (a child sets up its own devices; a device count forced through

@@ -1,9 +1,9 @@
-"""The real-GPU data file that ``ci/gpu_check`` writes, and the book's one reader of it.
+"""The real-GPU data file that ``lab/gpu_check`` writes, and the book's one reader.
 
 A GPU figure exists only in a file a GPU run wrote: ``book/data/gpu_<device>.json``
 (``gpu_h200.json`` for an H200).  Beside it, ``book/data/gpu_target_h200.json`` holds
 what a CPU run predicted for the same steps by compiling for a 1-device H200 target
-without a GPU (``ci/gpu_check --predict``).
+without a GPU (``lab/gpu_check --predict``).
 
 * :func:`validate` checks a data file's structure and refuses what would be a fake:
   a file that claims a GPU but was written on a CPU, a time without its events per
@@ -32,7 +32,7 @@ PREDICTION_SCHEMA = "shardbook.gpu-target-prediction/1"
 DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
 PHASES = ("compile", "memory", "timing", "notebooks")
 STATUSES = ("ok", "error", "timeout", "skipped")
-NO_DATA = "no real-GPU measurement exists yet: run ci/gpu_check on a GPU"
+NO_DATA = "no real-GPU measurement exists yet: run lab/gpu_check on a GPU"
 
 _PROVENANCE = ("device_kind", "device_count", "platform", "driver", "versions", "pins",
                "mismatch", "commit", "date", "command")
@@ -68,7 +68,7 @@ def _number(x) -> bool:
 
 
 def validate(data: dict) -> dict:
-    """Check a ``ci/gpu_check`` data file; return it, or raise :class:`GpuDataError`
+    """Check a ``lab/gpu_check`` data file; return it, or raise :class:`GpuDataError`
     naming every problem."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
@@ -140,7 +140,7 @@ def validate(data: dict) -> dict:
 
 
 def validate_prediction(data: dict) -> dict:
-    """Check the GPU-target prediction file (``ci/gpu_check --predict``)."""
+    """Check the GPU-target prediction file (``lab/gpu_check --predict``)."""
     if not isinstance(data, dict) or data.get("schema") != PREDICTION_SCHEMA:
         raise GpuDataError(f"not a {PREDICTION_SCHEMA} file")
     bad: list[str] = []

@@ -44,14 +44,16 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from . import child
 
 __all__ = [
-    "PINS", "TARGETS", "GpuTargetError", "Jobs", "Pending", "Target", "compile_here",
-    "cache_key", "cache_load", "compile_jobs", "device_info", "install", "prune_cache",
-    "source_digest", "spec_text", "start_jobs", "target_dir", "wheels_installed",
+    "PINS", "REFRESH", "STORE_DIR", "TARGETS", "GpuTargetError", "Pending", "Target",
+    "code_digest", "code_text", "compile_here", "compile_jobs", "device_info",
+    "install", "job_key", "made_from", "normal_job", "package_imports", "programs",
+    "spec_text", "start_jobs", "store", "stored", "target_dir", "wheels_installed",
 ]
 
 # The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; tested).
@@ -361,152 +363,205 @@ class Pending:
         return results
 
 
-class Jobs:
-    """GPU-target compiles running in their child process (those the cache did not
-    hold); :meth:`result` waits."""
-
-    def __init__(self, pending, jobs=None, cached=None):
-        self._pending = pending
-        self._jobs = list(jobs) if jobs is not None else None
-        self._cached = dict(cached or {})
-        self._programs = None
-
-    def result(self) -> list:
-        """One :class:`shardbook.hlo.Program` per job; raises :class:`GpuTargetError`
-        on any failure."""
-        if self._programs is None:
-            fresh = iter(self._pending.result() if self._pending is not None else [])
-            answers = []
-            for i, job in enumerate(self._jobs or []):
-                if i in self._cached:
-                    answers.append(self._cached[i])
-                else:
-                    answer = next(fresh)
-                    _cache_store(job, answer)
-                    answers.append(answer)
-            if self._jobs is None:   # built without the job list: no cache
-                answers = list(fresh)
-            self._programs = [_answer(a) for a in answers]
-        return self._programs
+# ------------------------------------------------------------ the stored programs
+# A GPU-target compile takes seconds per step on a machine without a GPU, and a page
+# shows a dozen of them.  So the pages read programs that ``lab/gpu_programs.py``
+# compiled and wrote to STORE_DIR, one file per job, each with what it was made from:
+# the digest of the *code* its builder runs (:func:`code_digest`: the package modules
+# it imports, their docstrings and comments left out), the pinned wheels, the target's
+# spec, the GPU flags.  A stored program whose inputs changed is stale:
+# ``tests/test_gpu_programs.py`` fails and names the command that refreshes it, and
+# :func:`programs` compiles it anew in this process's child, with a warning (which
+# strict nbval shows as a changed output).  Editing a docstring changes nothing.
+STORE_DIR = Path(__file__).resolve().parent.parent / "book" / "data" / "gpu_programs"
+REFRESH = "python lab/gpu_programs.py"   # the command that compiles and stores
+_PACKAGE = Path(__file__).resolve().parent
+_DIGESTS: dict[str, str] = {}
 
 
-# ------------------------------------------------------------------ the compile cache
-# A GPU-target compile is a pure function of its job, the package's source, the
-# pinned wheels, the target's spec and XLA_FLAGS; on a machine without a GPU it takes
-# seconds per step.  Each answer is kept in CACHE_DIR under the digest of all of
-# those, so a run on an unchanged tree (a fresh clone of main) reads the programs
-# instead of compiling them again, and any change to any input compiles anew.  A
-# Program read from the cache says so in ``meta["cache"]``.  BOOK_GPU_CACHE=0 turns
-# the cache off; BOOK_GPU_CACHE_DIR moves it.
-CACHE_DIR = Path(__file__).resolve().parent.parent / "book" / "data" / "gputarget_cache"
-_SOURCE_DIGEST: list[str] = []
+def normal_job(job: dict) -> dict:
+    """``job`` with its defaults written out: what names a stored program."""
+    out = {"builder": job["builder"], "kwargs": dict(job.get("kwargs", {})),
+           "target": job.get("target", "h200"), "devices": job.get("devices", 8),
+           "hosts": job.get("hosts", 1)}
+    extra = set(job) - set(out)
+    if extra:
+        raise ValueError(f"unknown job key(s) {sorted(extra)}: a job has {sorted(out)}")
+    return out
 
 
-def source_digest() -> str:
-    """The digest of every file of the package that a compile may read."""
-    if not _SOURCE_DIGEST:
-        root = Path(__file__).resolve().parent
+def job_key(job: dict) -> str:
+    """The stored file's name for ``job`` (its normal form, hashed)."""
+    text = json.dumps(normal_job(job), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _module_file(name: str) -> Path | None:
+    parts = name.split(".")
+    if parts[0] != _PACKAGE.name:
+        return None
+    base = _PACKAGE.joinpath(*parts[1:])
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def package_imports(name: str, tree) -> set[str]:
+    """The package modules that module ``name`` imports, anywhere in its body."""
+    import ast
+
+    package = name if _module_file(name).name == "__init__.py" else \
+        name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in found if _module_file(m) is not None}
+
+
+def code_text(tree) -> str:
+    """The module's code as an AST dump: no docstrings, comments or line numbers."""
+    import ast
+
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+def code_digest(module: str) -> str:
+    """The digest of the code that ``module`` runs: it and every package module it
+    imports, transitively (functions' own imports included), as :func:`code_text` reads
+    them.  A docstring or a comment does not change it; a changed line of code does."""
+    if module not in _DIGESTS:
+        import ast
+
+        seen, todo = set(), [module, __name__]   # this module compiles every job
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            tree = ast.parse(_module_file(name).read_text())
+            todo.extend(package_imports(name, tree))
         h = hashlib.sha256()
-        for f in sorted(root.rglob("*")):
-            if f.is_file() and f.suffix in (".py", ".txtpb") and \
-                    "__pycache__" not in f.parts:
-                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
-        _SOURCE_DIGEST.append(h.hexdigest())
-    return _SOURCE_DIGEST[0]
+        for name in sorted(seen):
+            tree = ast.parse(_module_file(name).read_text())
+            h.update(name.encode() + b"\0" + code_text(tree).encode() + b"\0")
+        _DIGESTS[module] = h.hexdigest()[:16]
+    return _DIGESTS[module]
 
 
-def _cache_dir() -> Path | None:
-    if os.environ.get("BOOK_GPU_CACHE", "1") == "0":
+def _gpu_flags() -> list[str]:
+    """XLA_FLAGS that can change a program: XLA:CPU's own (the portability gate's
+    vector ISA) and the simulated device count cannot."""
+    return [f for f in os.environ.get("XLA_FLAGS", "").split()
+            if not f.startswith(("--xla_cpu_", "--xla_force_host_platform"))]
+
+
+def made_from(job: dict) -> dict:
+    """What a compile of ``job`` depends on, as a stored program records it."""
+    job = normal_job(job)
+    target = job["target"]
+    return {"code": code_digest(job["builder"].partition(":")[0]),
+            "wheels": _stamp_text(), "flags": " ".join(_gpu_flags()),
+            "spec": "" if target == "cpu" else
+            hashlib.sha256(spec_text(target).encode()).hexdigest()[:16]}
+
+
+def stored(job: dict, folder=None) -> dict | None:
+    """The stored answer of ``job``, or None; ``"stale"`` in its meta when the code,
+    wheels, spec or flags it was made from are not those of this tree."""
+    f = Path(folder or STORE_DIR) / f"{job_key(job)}.json.gz"
+    if not f.exists():
         return None
-    return Path(os.environ.get("BOOK_GPU_CACHE_DIR", CACHE_DIR))
+    record = json.loads(gzip.decompress(f.read_bytes()))
+    now, then = made_from(job), record.get("made_from", {})
+    differ = sorted(k for k in now if now[k] != then.get(k))
+    record["meta"]["stored"] = f"book/data/gpu_programs/{f.name}"
+    if differ:
+        record["meta"]["stale"] = differ
+    return record
 
 
-def cache_key(job: dict) -> str:
-    # XLA:CPU's own flags (the portability gate's vector ISA) cannot change a GPU
-    # program; a CPU job ("target": "cpu") keeps them
-    cpu_flags = ("--xla_force_host_platform",) if job.get("target") == "cpu" else \
-        ("--xla_cpu_", "--xla_force_host_platform")
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-             if not f.startswith(cpu_flags)]
-    parts = [json.dumps(job, sort_keys=True), source_digest(), _stamp_text(),
-             "" if job.get("target") == "cpu" else spec_text(job.get("target", "h200")),
-             " ".join(flags)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
-
-
-def cache_load(job: dict) -> dict | None:
-    folder = _cache_dir()
-    f = folder / f"{cache_key(job)}.json.gz" if folder else None
-    if f is None or not f.exists():
-        return None
-    answer = json.loads(gzip.decompress(f.read_bytes()))
-    answer.setdefault("meta", {})["cache"] = f"read from {f.name}"
-    answer["child_s"] = 0.0   # no child ran for it
-    return answer
-
-
-def _cache_store(job: dict, answer: dict) -> None:
-    """Keep ``answer``; drop the entries an older source made (they can never hit)."""
-    folder = _cache_dir()
-    if folder is None or "error" in answer:
-        return
+def store(job: dict, answer: dict, folder=None, commit: str = "") -> Path:
+    """Write ``answer`` (a child's Program JSON) as ``job``'s stored program."""
+    folder = Path(folder or STORE_DIR)
     folder.mkdir(parents=True, exist_ok=True)
-    digest = source_digest()[:12]
-    name = f"{cache_key(job)}.json.gz"
-    record = {**answer, "meta": {**answer.get("meta", {}), "source": digest}}
+    record = {**answer, "job": normal_job(job), "made_from": made_from(job),
+              "made_by": {"command": REFRESH, "commit": commit}}
     record.pop("child_s", None)
-    tmp = folder / f".{name}.{os.getpid()}"
-    tmp.write_bytes(gzip.compress(json.dumps(record, sort_keys=True).encode(), mtime=0))
-    tmp.replace(folder / name)
+    f = folder / f"{job_key(job)}.json.gz"
+    f.write_bytes(gzip.compress(json.dumps(record, sort_keys=True, indent=0).encode(),
+                                mtime=0))
+    return f
 
 
-def prune_cache(folder=None) -> int:
-    """Delete the cache entries that the current source did not make; how many."""
-    folder = Path(folder) if folder is not None else _cache_dir()
-    if folder is None or not folder.is_dir():
-        return 0
-    digest, gone = source_digest()[:12], 0
-    for f in folder.glob("*.json.gz"):
-        meta = json.loads(gzip.decompress(f.read_bytes())).get("meta", {})
-        if meta.get("source") != digest:
-            f.unlink()
-            gone += 1
-    return gone
+def programs(jobs, timeout: float = 900, path=None, folder=None):
+    """The Programs of ``jobs`` (a list, or a dict of name: job), read from the store.
+
+    A job that is not stored, or is stale (:func:`stored`), is compiled here in one
+    child process, with a warning that names :data:`REFRESH`; a GPU job then needs the
+    wheels (:func:`install`).  Returns the same shape: a list, or a dict."""
+    names = list(jobs) if isinstance(jobs, dict) else None
+    jobs = list(jobs.values()) if names is not None else list(jobs)
+    answers = [stored(job, folder) for job in jobs]
+    todo = [i for i, a in enumerate(answers) if a is None or "stale" in a["meta"]]
+    if todo:
+        what = ", ".join(jobs[i]["builder"].split(":")[-1] for i in todo)
+        warnings.warn(f"{len(todo)} GPU-target program(s) not stored or stale "
+                      f"({what}): compiling them here; `{REFRESH}` stores them",
+                      stacklevel=2)
+        path = Path(path) if path is not None else target_dir()
+        gpu = [i for i in todo if jobs[i].get("target", "h200") != "cpu"]
+        if gpu and not wheels_installed(path):
+            raise GpuTargetError(f"the GPU-target wheels are not installed in {path} "
+                                 f"and {len(gpu)} of {len(jobs)} job(s) are not "
+                                 "stored: run ci/install_gpu_target (or "
+                                 "shardbook.gputarget.install())")
+        fresh = Pending([jobs[i] for i in todo], timeout, path).result()
+        for i, answer in zip(todo, fresh):
+            answers[i] = answer
+    progs = [_answer(a) for a in answers]
+    return dict(zip(names, progs)) if names is not None else progs
 
 
-def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Jobs:
-    """Start compiling ``jobs`` for GPU targets in ONE child process; return at once.
+def start_jobs(jobs: list[dict], timeout: float = 300, path=None) -> Pending:
+    """Start compiling ``jobs`` in ONE child process and return at once; nothing is
+    read from the store or written to it (:func:`programs` reads it).
 
     Each job: ``{"builder": "module:function", "kwargs": {...}, "target": "h200",
     "devices": 8, "hosts": 1}``; ``"target": "cpu"`` compiles for the child's first
     ``devices`` simulated CPU devices instead (XLA:CPU, whose ``cost_analysis()`` bytes
-    go into ``meta["bytes_accessed"]``), cached the same way.  The child gets
-    ``JAX_PLATFORMS=cpu`` and the wheels' folder on its ``PYTHONPATH``; nothing
-    changes in this process.
-    ``timeout`` bounds the whole child, counted from now.  The cache is read first,
-    so jobs it holds need no wheels (a hosted reader without them still reads the
-    book's programs); raises :class:`GpuTargetError` at once if some job is not
-    cached and the wheels are not installed.
+    go into ``meta["bytes_accessed"]``).  The child gets ``JAX_PLATFORMS=cpu`` and the
+    wheels' folder on its ``PYTHONPATH``; nothing changes in this process.
+    ``timeout`` bounds the whole child, counted from now.  Raises
+    :class:`GpuTargetError` at once if a GPU job needs the wheels and they are not
+    installed.
     """
     path = Path(path) if path is not None else target_dir()
-    jobs = list(jobs)
-    cached = {}
-    for i, job in enumerate(jobs):
-        hit = cache_load(job)
-        if hit is not None:
-            cached[i] = hit
-    todo = [job for i, job in enumerate(jobs) if i not in cached]
-    if todo and not wheels_installed(path):
-        raise GpuTargetError(f"the GPU-target wheels are not installed in {path} and "
-                             f"{len(todo)} of {len(jobs)} job(s) are not in the cache: "
-                             "run ci/install_gpu_target (or "
-                             "shardbook.gputarget.install())")
-    return Jobs(Pending(todo, timeout, path) if todo else None, jobs, cached)
+    jobs = [normal_job(j) for j in jobs]
+    if any(j["target"] != "cpu" for j in jobs) and not wheels_installed(path):
+        raise GpuTargetError(f"the GPU-target wheels are not installed in {path}: run "
+                             "ci/install_gpu_target (or shardbook.gputarget.install())")
+    return Pending(jobs, timeout, path)
 
 
 def compile_jobs(jobs: list[dict], timeout: float = 300, path=None) -> list:
-    """:func:`start_jobs` and wait: one :class:`shardbook.hlo.Program` per job."""
-    return start_jobs(jobs, timeout, path).result()
+    """:func:`start_jobs` and wait: one :class:`shardbook.hlo.Program` per job,
+    compiled now."""
+    return [_answer(a) for a in start_jobs(jobs, timeout, path).result()]
 
 
 def _child() -> None:
@@ -532,9 +587,6 @@ def _child() -> None:
 def _main(argv: list[str]) -> int:
     if argv[:1] == ["child"]:
         _child()
-        return 0
-    if argv[:1] == ["prune-cache"]:
-        print(f"[gpu-target] pruned {prune_cache()} cache entries of an older source")
         return 0
     if argv[:1] == ["install"]:
         install(Path(argv[1]) if len(argv) > 1 else None)

@@ -11,7 +11,7 @@ output that strict nbval compares on another machine.  The verdict can.
 The observed differences are still measured, not thrown away.  With
 ``BOOK_GAP_LOG=/path/to/log.jsonl`` in the environment, every check appends one JSON
 line: its name, tolerance, the worst ratio ``|a - b| / (atol + rtol |b|)`` over all
-elements (at most 1 passes), the device count and the XLA:CPU ISA.  ``ci/margins``
+elements (at most 1 passes), the device count and the XLA:CPU ISA.  ``lab/margins``
 runs the book at several device counts and two ISAs with that log, and writes
 ``book/data/tolerance_margins.json``; a test requires every tolerance to be at least
 10 times the worst case observed.

@@ -8,8 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-# ci/ on the path: tests list and read the notebooks through ci/notebooks.py
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci"))
+# ci/ and lab/ on the path: tests list and read the notebooks through ci/notebooks.py,
+# and import lab/'s measurement scripts
+for _folder in ("lab", "ci"):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / _folder))
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ["BOOK_NUM_DEVICES"] = "4"
 

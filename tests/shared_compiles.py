@@ -1,9 +1,10 @@
 """Compiles shared by the test files of one pytest session.
 
-GPU-target compiles run in a child process that starts JAX once (seconds) and compiles
-every job registered so far: test modules :func:`register` their jobs when pytest
-imports them, and the first :func:`gpu` call compiles all of them in ONE child.  CPU
-compiles (``gputarget.compile_here``) are cached by builder, sizes and device count.
+GPU-target programs are read from the store that ``lab/gpu_programs.py`` writes
+(``gputarget.programs``): test modules :func:`register` their jobs when pytest imports
+them, and the first :func:`gpu` call reads all of them; one the store lacks, or holds
+stale, compiles in ONE child process, with a warning.  CPU compiles
+(``gputarget.compile_here``) are cached by builder, sizes and device count.
 """
 
 import json
@@ -44,21 +45,25 @@ def register(
 
 
 def gpu(key: tuple):
-    """The Program of a registered job (all jobs compile together, once)."""
+    """The Program of a registered job (all jobs read together, once)."""
     if key not in _GPU:
         todo = [k for k in _JOBS if k not in _GPU]
-        programs = book.gputarget.compile_jobs([_JOBS[k] for k in todo], timeout=580)
+        programs = book.gputarget.programs([_JOBS[k] for k in todo], timeout=580)
         _GPU.update(zip(todo, programs))
     return _GPU[key]
 
 
 def gpu_programs(jobs: dict) -> dict:
-    """``{name: Program}`` of registered jobs ``{name: key}``; skips the test where the
-    GPU-target wheels are not installed."""
+    """``{name: Program}`` of registered jobs ``{name: key}``; skips the test where a
+    job is not stored fresh and the GPU-target wheels are not installed."""
     import pytest
 
     gt = book.gputarget
-    if not gt.wheels_installed():
+    fresh = all(
+        (r := gt.stored(_JOBS[k])) is not None and "stale" not in r["meta"]
+        for k in jobs.values()
+    )
+    if not fresh and not gt.wheels_installed():
         pytest.skip(
             f"GPU-target wheels not installed in {gt.target_dir()}: run "
             "ci/install_gpu_target"

@@ -1,6 +1,6 @@
-"""Brian 2's modes in the timing file (ci/coba_reference.py ``timing``), no Brian 2.
+"""Brian 2's modes in the timing file (lab/coba_reference.py ``timing``), no Brian 2.
 
-* the two rate-function forms of ci/brian2_coba.py are one function: "exprel" (the
+* the two rate-function forms of lab/brian2_coba.py are one function: "exprel" (the
   example's text at tag 2.9.0) and "exp" (its form before 2019) agree to 1e-12;
 * the summary of the stored file, recomputed by today's ``summarize``, is the stored
   summary (old files read the same way);
@@ -21,6 +21,7 @@ from shardbook import book
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT / "lab"))
 import brian2_coba  # noqa: E402  (numpy only at import)
 import coba_reference  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Tests of shardbook.coba (the COBA-HH network of chapter 4) and ci/coba_sweep.py.
+"""Tests of shardbook.coba (the COBA-HH network of chapter 4) and lab/coba_sweep.py.
 
 conftest.py starts JAX with 4 simulated CPU devices.  The network here is small (672 E +
 168 I neurons, scale 0.2) so that the whole file runs in well under a minute on 2 cores.
@@ -226,7 +226,7 @@ def _sweep(tmp_path, out, *extra):
     }
     cmd = [
         sys.executable,
-        str(ROOT / "ci" / "coba_sweep.py"),
+        str(ROOT / "lab" / "coba_sweep.py"),
         "--scales",
         "0.05",
         "0.1",
@@ -256,7 +256,7 @@ def test_sweep_cli_writes_a_valid_data_file(tmp_path):
         and data["provenance"]["device_kind"] == "cpu"
     )
     assert data["provenance"]["command"].startswith(
-        "python ci/coba_sweep.py --scales 0.05 0.1"
+        "python lab/coba_sweep.py --scales 0.05 0.1"
     )
     assert [r["neurons"] for r in data["runs"]] == [210, 420]
     for r in data["runs"]:

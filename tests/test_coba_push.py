@@ -213,15 +213,12 @@ GPU_NEURONS = (
 
 @pytest.fixture(scope="module")
 def h200():
-    if not book.gputarget.wheels_installed():
-        pytest.skip("GPU-target wheels not installed (./ci/install_gpu_target)")
     job = dict(
         builder="shardbook.gputarget_steps:coba_hh",
         devices=8,
-        text=True,
         kwargs=dict(conn="push", steps=10, neurons=GPU_NEURONS),
     )
-    return book.gputarget.compile_jobs([job], timeout=900)[0]
+    return book.gputarget.programs([job], timeout=900)[0]   # page 4b's, stored
 
 
 def test_push_for_8_h200_has_static_loops_and_an_eighth_of_the_bool_exchange(h200):

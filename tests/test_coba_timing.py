@@ -103,7 +103,7 @@ def test_the_stored_4m_run_holds_what_page_4b_says():
     import json
     from pathlib import Path
 
-    import coba_4m  # ci/coba_4m.py: conftest.py puts ci/ on the path
+    import coba_4m  # lab/coba_4m.py: conftest.py puts ci/ on the path
 
     path = Path(__file__).resolve().parents[1] / "book" / "data" / "coba_4m.json"
     stored = json.loads(path.read_text())

@@ -1,9 +1,9 @@
-"""``ci/gpu_check --dry-run``: the GPU check's whole code path on the CPU, tiny sizes.
+"""``lab/gpu_check --dry-run``: the GPU check's whole code path on the CPU, tiny sizes.
 
 The dry run writes a data file of the schema a GPU run writes; ``book.gpudata.validate``
 accepts it, and rejects planted bad files (a CPU run that claims a GPU, a time without
 its events or its compile time, a silent window, a failed phase with no error).  The
-pages run under lax nbval, each with its own timeout (``ci/gpu_notebooks.py``): a dry
+pages run under lax nbval, each with its own timeout (``lab/gpu_notebooks.py``): a dry
 run of small pages gives one row per page, ok, failed, timeout or skipped, with the
 first error; the record page says which pages ran on which GPU, or that none has.  The
 wheel download for the device is checked as a command, never run.
@@ -23,8 +23,9 @@ import pytest
 from shardbook import book
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "ci" / "gpu_check.py"
+SCRIPT = ROOT / "lab" / "gpu_check.py"
 sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT / "lab"))
 
 import gpu_notebooks  # noqa: E402
 import record  # noqa: E402
@@ -123,7 +124,7 @@ def test_dry_run_writes_the_schema(dry):
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
-    """``ci/gpu_check --dry-run --phases notebooks`` on four small pages: one that
+    """``lab/gpu_check --dry-run --phases notebooks`` on four small pages: one that
     passes, one whose assert fails, one that outlives its own timeout, one missing."""
     out = tmp_path_factory.mktemp("gpu_pages")
     ok = _notebook(out / "ok.ipynb", "%matplotlib inline\nx = 6 * 7", "assert x == 42")
@@ -227,7 +228,9 @@ def test_the_crossover_beside_the_earlier_run():
         (Path(folder) / "gpu_h200_pages.json").write_text(json.dumps(run))
         lines = record.gpu_crossover_lines(Path(folder))
     assert "(2026-12-06, JAX 0.11.2, `gpu_h200_pages.json`)" in lines[1]
-    assert lines[-1] == "| 1,000,000 | 600.0 | 500.0 | index | 400.0 | 500.0 | push |"
+    assert lines[-1] == "```" and lines[-2] == gpu_notebooks.crossover_lines(got)[-1]
+    assert lines[-2].split() == ["1,000,000", "600.0", "500.0", "index", "|",
+                                 "400.0", "500.0", "push"]
 
 
 def test_the_record_says_which_pages_ran_on_a_gpu(pages, tmp_path):
@@ -301,7 +304,7 @@ def test_validate_rejects_planted_bad_files(dry):
 def test_load_and_note(dry, tmp_path):
     assert book.gpudata.load("h200", root=tmp_path) is None
     assert book.gpudata.note(None) == (
-        "no real-GPU measurement exists yet: run ci/gpu_check on a GPU"
+        "no real-GPU measurement exists yet: run lab/gpu_check on a GPU"
     )
     # a dry run's file does not belong among the book's data
     (tmp_path / "gpu_h200.json").write_text(json.dumps(dry))
@@ -344,7 +347,7 @@ def test_the_book_reads_the_data_through_the_doorway():
 
 def test_the_prediction_file():
     pred = book.gpudata.load_prediction("h200")
-    assert pred is not None, "run ci/gpu_check --predict"
+    assert pred is not None, "run lab/gpu_check --predict"
     assert pred["devices"] == 1 and "H200" in pred["description"]
     assert set(pred["jobs"]) == {
         "dp",
@@ -418,9 +421,9 @@ def test_a_data_file_names_no_machines_folders():
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    planted = {"error": ['File "/work/book/ci/gpu_check.py"', "--out /work/book/o"]}
+    planted = {"error": ['File "/work/book/lab/gpu_check.py"', "--out /work/book/o"]}
     got = mod.scrub(planted, {"/work/book": "<repo>", "/work/book/o": "<out>"})
-    assert got == {"error": ['File "<repo>/ci/gpu_check.py"', "--out <out>"]}
+    assert got == {"error": ['File "<repo>/lab/gpu_check.py"', "--out <out>"]}
     absolute = re.compile(r"(/root/|/work/|/home/|/tmp/|/Users/)")
     for path in sorted(book.gpudata.DATA_DIR.rglob("gpu_*.json")):
         assert not absolute.search(path.read_text()), path

@@ -51,30 +51,79 @@ def test_specs_ship_with_licence_and_source():
         gt.spec_text("a100")
 
 
-def test_missing_wheels_say_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setenv("BOOK_GPU_CACHE", "0")   # nothing cached: the wheels are needed
+def test_missing_wheels_say_what_to_do(tmp_path):
     assert not gt.wheels_installed(tmp_path)
     with pytest.raises(gt.GpuTargetError, match="ci/install_gpu_target"):
         gt.start_jobs([{"builder": B + "tiny_data_parallel"}], path=tmp_path)
 
 
-def test_cached_jobs_need_no_wheels(tmp_path, monkeypatch):
-    """A hosted reader without the wheels still reads the cached programs (page 2c's
-    first cell); a job the cache lacks still says what to install."""
-    import gzip
-    import json
-
-    monkeypatch.setenv("BOOK_GPU_CACHE_DIR", str(tmp_path / "cache"))
+def test_stored_jobs_need_no_wheels(tmp_path):
+    """A reader without the wheels still reads the stored programs (page 2c's GPU
+    table); a job the store lacks warns, and says what to install."""
     job = {"builder": B + "tiny_data_parallel", "devices": 1}
     program = gt.compile_here(job["builder"], devices=1)   # any Program will do
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / f"{gt.cache_key(job)}.json.gz").write_bytes(
-        gzip.compress(json.dumps(program.to_json()).encode()))
+    gt.store(job, program.to_json(), tmp_path)
     none = tmp_path / "no-wheels"
-    [read] = gt.start_jobs([job], path=none).result()
-    assert read.memory == program.memory and "cache" in read.meta
-    with pytest.raises(gt.GpuTargetError, match="1 of 2 job"):
-        gt.start_jobs([job, {**job, "devices": 2}], path=none)
+    [read] = gt.programs([job], path=none, folder=tmp_path)
+    assert read.memory == program.memory and "stored" in read.meta
+    assert gt.programs({"a": job}, path=none, folder=tmp_path)["a"].text == read.text
+    with pytest.warns(UserWarning, match="not stored or stale"), \
+            pytest.raises(gt.GpuTargetError, match="1 of 2 job"):
+        gt.programs([job, {**job, "devices": 2}], path=none, folder=tmp_path)
+    with pytest.raises(ValueError, match="unknown job key"):
+        gt.job_key({**job, "text": True})
+
+
+def test_the_stored_file_records_what_it_was_made_from(tmp_path, monkeypatch):
+    """A stored program is stale when its code, flags, wheels or spec change, and
+    only then: a docstring or the portability gate's ISA changes nothing."""
+    job = {"builder": B + "tiny_data_parallel", "kwargs": {}}
+    program = gt.compile_here(job["builder"], devices=1)
+    gt.store(job, program.to_json(), tmp_path)
+    assert "stale" not in gt.stored(job, tmp_path)["meta"]
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=SSE4_2")   # the gate
+    assert "stale" not in gt.stored(job, tmp_path)["meta"]
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=true")
+    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["flags"]
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setattr(gt, "code_digest", lambda module: "an edited package")
+    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["code"]
+
+
+def test_the_code_digest_reads_code_not_docstrings():
+    """What a stored program depends on is the code its builder runs: the AST
+    without docstrings, comments or line numbers (a planted edit of each kind)."""
+    import ast
+
+    src = 'def f(x):\n    """Twice x."""\n    return 2 * x  # twice\n'
+    code = gt.code_text(ast.parse(src))
+    doc = src.replace("Twice x.", "Double x, see chapter 6.").replace("# twice", "")
+    assert gt.code_text(ast.parse("\n\n" + doc)) == code   # docstring, comment, lines
+    assert gt.code_text(ast.parse(src.replace("2 * x", "3 * x"))) != code
+    assert gt.code_text(ast.parse(src.replace('"""Twice x."""', "y = 1"))) != code
+    found = gt.package_imports("shardbook.gputarget_steps", ast.parse(
+        (ROOT / "shardbook" / "gputarget_steps.py").read_text()))
+    assert {"shardbook.rnn.model", "shardbook.coba", "shardbook.config"} <= found
+
+
+def test_every_stored_program_is_fresh():
+    """The programs the pages and tests read were compiled from this tree's code.
+    A stale one fails here: run `python lab/gpu_programs.py` (it recompiles only
+    those) and commit book/data/gpu_programs/."""
+    import gzip
+
+    files = sorted(gt.STORE_DIR.glob("*.json.gz"))
+    assert len(files) >= 60, f"{len(files)} stored programs: the store is incomplete"
+    stale = []
+    for f in files:
+        job = json.loads(gzip.decompress(f.read_bytes()))["job"]
+        assert f.name == f"{gt.job_key(job)}.json.gz", f.name
+        record = gt.stored(job)
+        if "stale" in record["meta"]:
+            stale.append(f"{f.name} {job['builder']} {job['kwargs']}: "
+                         f"{', '.join(record['meta']['stale'])} changed")
+    assert not stale, (f"{len(stale)} stale; run `{gt.REFRESH}`:\n"
+                       + "\n".join(stale))
 
 
 GPU_TEXT = """\
@@ -241,54 +290,18 @@ def test_notebook_kernel_never_sees_the_cuda_plugin():
     assert "cuda" not in out.stderr.lower(), out.stderr[-2000:]
 
 
-# ------------------------------------------------------------------ the compile cache
+# ------------------------------------------------------------- the stored programs
 @needs_wheels
-def test_a_cached_program_is_the_fresh_compile(tmp_path, monkeypatch):
-    """The cache gives back what the child compiled, says so, and a job that differs
-    in anything (here its sizes) misses it and compiles anew."""
-    monkeypatch.setenv("BOOK_GPU_CACHE_DIR", str(tmp_path))
+def test_a_stored_program_is_the_fresh_compile(tmp_path):
+    """What the store gives back is what the child compiled; a job that differs in
+    anything (here its device count) has a file of its own."""
     job = {"builder": B + "tiny_data_parallel", "kwargs": {}, "devices": 2}
-    (fresh,) = gt.compile_jobs([job], timeout=300)
-    assert "cache" not in fresh.meta and len(list(tmp_path.glob("*.json.gz"))) == 1
-    (again,) = gt.compile_jobs([job], timeout=300)
-    assert again.meta["cache"].startswith("read from ")
-    assert again.meta["child_s"] == 0.0 and fresh.meta["child_s"] > 0  # chapter 6 reads it
+    [answer] = gt.start_jobs([job], timeout=300).result()
+    fresh = hlo.Program.from_json(answer)
+    gt.store(job, answer, tmp_path)
+    (again,) = gt.programs([job], folder=tmp_path)
+    assert again.meta["stored"].endswith(f"{gt.job_key(job)}.json.gz")
     assert (again.text, again.memory, again.collectives) == (
-        fresh.text,
-        fresh.memory,
-        fresh.collectives,
-    )
-    other = {**job, "devices": 4}
-    assert gt.cache_key(other) != gt.cache_key(job)
-    (four,) = gt.compile_jobs([other], timeout=300)
-    assert "cache" not in four.meta and four.devices == 4
-
-
-def test_the_cache_key_covers_the_source_and_flags(monkeypatch):
-    job = {"builder": B + "tiny_data_parallel", "kwargs": {}}
-    key = gt.cache_key(job)
-    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=false")
-    assert gt.cache_key(job) != key
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=SSE4_2")  # the portability gate
-    assert gt.cache_key(job) == key
-    cpu_job = {**job, "target": "cpu"}  # an XLA:CPU job: the ISA is part of its key
-    assert gt.cache_key(cpu_job) != gt.cache_key(job)
-    isa = gt.cache_key(cpu_job)
-    monkeypatch.delenv("XLA_FLAGS")
-    assert gt.cache_key(cpu_job) != isa
-    monkeypatch.setattr(gt, "source_digest", lambda: "an edited package")
-    assert gt.cache_key(job) != key
-    monkeypatch.setenv("BOOK_GPU_CACHE", "0")
-    assert gt.cache_load(job) is None
-
-
-def test_prune_drops_entries_of_another_source(tmp_path):
-    import gzip
-    import json
-
-    old = {"meta": {"source": "0" * 12}}
-    (tmp_path / "old.json.gz").write_bytes(gzip.compress(json.dumps(old).encode()))
-    now = {"meta": {"source": gt.source_digest()[:12]}}
-    (tmp_path / "now.json.gz").write_bytes(gzip.compress(json.dumps(now).encode()))
-    assert gt.prune_cache(tmp_path) == 1
-    assert [f.name for f in tmp_path.iterdir()] == ["now.json.gz"]
+        fresh.text, fresh.memory, fresh.collectives)
+    assert gt.job_key({**job, "devices": 4}) != gt.job_key(job)
+    assert gt.job_key({**job, "target": "h200", "hosts": 1}) == gt.job_key(job)

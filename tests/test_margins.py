@@ -1,7 +1,7 @@
 """Every tolerance of the book leaves at least a 10x margin over the worst difference
 observed, and every stored verdict was measured.
 
-book/data/tolerance_margins.json is written by ./ci/margins, which runs the notebooks
+book/data/tolerance_margins.json is written by ./lab/margins, which runs the notebooks
 at device counts 1 to 8 natively and under --xla_cpu_max_isa=SSE4_2 with BOOK_GAP_LOG.
 The verdicts are read from the notebooks' stored outputs, which strict nbval proves are
 what the code prints, so a tolerance changed in a notebook without re-measuring fails
@@ -21,6 +21,7 @@ VERDICT_RE = book.verify.VERDICT_RE
 ROOT = Path(__file__).resolve().parent.parent
 MARGINS = ROOT / "book" / "data" / "tolerance_margins.json"
 sys.path.insert(0, str(ROOT / "ci"))
+sys.path.insert(0, str(ROOT / "lab"))
 import notebooks as nbs  # noqa: E402
 from validation import ignored_cells  # noqa: E402
 
@@ -43,7 +44,7 @@ def stored_verdicts() -> dict:
 @pytest.fixture(scope="module")
 def margins():
     assert MARGINS.exists(), (
-        "book/data/tolerance_margins.json is missing: run ./ci/margins"
+        "book/data/tolerance_margins.json is missing: run ./lab/margins"
     )
     return json.loads(MARGINS.read_text())
 
@@ -54,7 +55,7 @@ def test_every_stored_verdict_was_measured_with_its_tolerance(margins):
     assert verdicts, "no verdict in any stored output: the chapters print none?"
     for name, seen in verdicts.items():
         assert name in checks, (
-            f"{name} is printed by {seen} but was never measured: ./ci/margins"
+            f"{name} is printed by {seen} but was never measured: ./lab/margins"
         )
         c = checks[name]
         for nb, tol in seen:
@@ -73,7 +74,7 @@ def misplaced(checks: dict, verdicts: dict) -> list:
 
 def test_every_check_was_measured_in_the_notebook_that_prints_it(margins):
     """A page split or renamed keeps its checks' names; their margins must then be
-    measured again where the checks now run (./ci/margins on those pages)."""
+    measured again where the checks now run (./lab/margins on those pages)."""
     verdicts = stored_verdicts()
     assert not misplaced(margins["checks"], verdicts)
     # planted: the record of chapter 3 before it was split into pages
@@ -111,7 +112,7 @@ def test_every_uncompared_cell_says_why():
 
 
 def test_an_update_keeps_where_every_other_check_was_measured(margins, tmp_path):
-    """``ci/margins --update`` over a subset rewrites only the checks it re-measured
+    """``lab/margins --update`` over a subset rewrites only the checks it re-measured
     (it once stamped its own command on every kept check)."""
     import subprocess
 
@@ -133,7 +134,7 @@ def test_an_update_keeps_where_every_other_check_was_measured(margins, tmp_path)
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "ci" / "margins.py"),
+            str(ROOT / "lab" / "margins.py"),
             str(log),
             str(out),
             "--update",

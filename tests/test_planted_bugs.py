@@ -38,7 +38,7 @@ NAMES = ("win", "wrec", "wout")
 
 def tolerance(check: str) -> dict:
     data = json.loads((ROOT / "book" / "data" / "tolerance_margins.json").read_text())
-    assert check in data["checks"], f"{check} was never measured: run ./ci/margins"
+    assert check in data["checks"], f"{check} was never measured: run ./lab/margins"
     c = data["checks"][check]
     return dict(rtol=c["rtol"], atol=c["atol"])
 

@@ -58,7 +58,7 @@ def _code_of_notebook(path: Path) -> str:
 def _files():
     """(name, code) of every file whose code must stay outside the quarantine."""
     out = []
-    for folder in ("shardbook", "tests", "ci", "recipes", "_ext"):
+    for folder in ("shardbook", "tests", "ci", "lab", "recipes", "_ext"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             if path != QUARANTINE and path.name != "test_private.py":
                 out.append((str(path.relative_to(ROOT)), path.read_text()))
@@ -75,7 +75,7 @@ def _shell_scripts():
     a ``.sh`` name (``ci/_env.sh`` is sourced, so it has none); their inline Python
     counts."""
     found = []
-    for folder in ("ci", ".ci", "recipes", "binder"):
+    for folder in ("ci", ".ci", "lab", "recipes", "binder"):
         for path in sorted((ROOT / folder).iterdir()):
             if path.is_file() and path.suffix != ".py":
                 head = path.read_bytes()[:64].split(b"\n")[0]

@@ -32,7 +32,7 @@ DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 def bounds():
     path = DATA / "coba_forms.json"
     if not path.exists():
-        pytest.skip("book/data/coba_forms.json has not been made (ci/coba_regimes.py)")
+        pytest.skip("book/data/coba_forms.json has not been made (lab/coba_regimes.py)")
     data = R.validate(json.loads(path.read_text()))
     made = [
         r

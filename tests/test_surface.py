@@ -36,10 +36,10 @@ def _notebook_code(path: Path) -> str:
 
 def _sources():
     out = []
-    for folder in ("tests", "ci", "recipes"):
+    for folder in ("tests", "ci", "lab", "recipes"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             out.append((str(path.relative_to(ROOT)), path.read_text()))
-    for path in sorted((ROOT / "ci").iterdir()):
+    for path in sorted([*(ROOT / "ci").iterdir(), *(ROOT / "lab").iterdir()]):
         if (
             path.is_file()
             and not path.suffix

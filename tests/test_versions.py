@@ -128,15 +128,15 @@ MENTION = re.compile(
 ALIASES = {"orbax": "orbax-checkpoint", "jupyter book": "jupyter-book"}
 # Versions that are not the book's pins but are named on purpose, with the reason.
 FOREIGN = {
-    ("jax", "0.11.2"): "the JAX preinstalled on the lent H200 machine (ci/gpu_check)",
+    ("jax", "0.11.2"): "the JAX preinstalled on the lent H200 machine (lab/gpu_check)",
     ("jaxlib", "0.11.2"): "the same machine's jaxlib",
-    ("numba", "0.68.0"): "the lent H200 machine's, as its ci/gpu_check run recorded",
-    ("numpy", "2.5.2"): "the lent H200 machine's, as its ci/gpu_check run recorded",
-    ("orbax-checkpoint", "0.12.4"): "the lent H200 machine's, as ci/gpu_check recorded",
+    ("numba", "0.68.0"): "the lent H200 machine's, as its lab/gpu_check run recorded",
+    ("numpy", "2.5.2"): "the lent H200 machine's, as its lab/gpu_check run recorded",
+    ("orbax-checkpoint", "0.12.4"): "the lent H200 machine's, per lab/gpu_check",
     (
         "numpy",
         "2.3.5",
-    ): "Brian 2's own venv (ci/requirements-brian2.txt): brian2 2.9.0, the "
+    ): "Brian 2's own venv (lab/requirements-brian2.txt): brian2 2.9.0, the "
     "newest for Python 3.11, does not import with numpy 2.4",
 }
 TEXT = (

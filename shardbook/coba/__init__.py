@@ -25,7 +25,7 @@ The package is split along the chapter's lines; imports point one way, down this
   timing       fair timings: variants interleaved, repeated, events beside every time
   ledger       the memory model, predicted and measured
   timemodel    a time model that counts what the compiled step does
-  sweep        one size's measurement and the scaling data file of ``ci/coba_sweep.py``
+  sweep        one size's measurement and the scaling data file of ``lab/coba_sweep.py``
   plots        plots of those measurements
 
 The names of :data:`__all__` are importable from ``shardbook.coba`` itself.

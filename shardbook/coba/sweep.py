@@ -1,4 +1,4 @@
-"""The scaling data file that ``ci/coba_sweep.py`` writes, and one size's
+"""The scaling data file that ``lab/coba_sweep.py`` writes, and one size's
 measurement."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import jax
 import numpy as np
 
-from ..provenance import provenance  # noqa: F401  (re-exported: ci/coba_sweep.py uses it)
+from ..provenance import provenance  # noqa: F401  (re-exported: lab/coba_sweep.py uses it)
 from .ledger import (
     SYNAPSES_PER_NEURON,
     _leaf,
@@ -44,13 +44,9 @@ def device_memory() -> dict:
     return out
 
 
-def measure_size(
-    scale: float,
-    sim_ms: float = 1000.0,
-    chunk_ms: float = 10.0,
-    time_budget: float = 60.0,
-) -> dict:
-    """Build, compile and run one size on all devices; what ``ci/coba_sweep.py``
+def measure_size(scale: float, sim_ms: float = 1000.0, chunk_ms: float = 10.0,
+                 time_budget: float = 60.0) -> dict:
+    """Build, compile and run one size on all devices; what ``lab/coba_sweep.py``
     records.
 
     Runs chunks of ``chunk_ms`` until ``sim_ms`` is simulated or ``time_budget`` seconds

@@ -266,17 +266,17 @@ def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
     builder), then compiled for the first ``n`` of 8 simulated CPU devices.  Nothing
     of that size is allocated; ``cost_analysis()`` counts the program at that size.
 
-    The compiles are XLA:CPU jobs of ``shardbook.gputarget`` (``"target": "cpu"``):
-    they run in its child process, and its compile cache keeps each answer under the
-    digest of the job, the package's source and ``XLA_FLAGS``, so an unchanged tree
-    reads them (``meta["cache"]`` says so) instead of compiling them again.
+    The compiles are XLA:CPU jobs of ``shardbook.gputarget`` (``"target": "cpu"``),
+    stored by ``lab/gpu_programs.py`` and read with :func:`shardbook.gputarget.programs`
+    (``meta["stored"]`` names the file); a job not stored, or stale for the code,
+    compiles in its child process.
     """
     from .. import gputarget
 
     jobs = [dict(builder="shardbook.gputarget_steps:coba_hh", target="cpu", devices=n,
                  kwargs=dict(conn=conn, neurons=neurons, steps=steps, **kwargs))
             for n in counts]
-    progs = gputarget.compile_jobs(jobs, timeout=900)
+    progs = gputarget.programs(jobs, timeout=900)
     measured = {n: program_bytes(p) for n, p in zip(counts, progs)}
     text = progs[-1].text
     census = _census(conn, neurons, measured, text,

@@ -1,0 +1,215 @@
+#!/usr/bin/env python
+"""Scale sweep of chapter 4's COBA-HH network: writes a scaling data file (checked by
+coba.validate_scaling; the book stores none: simulated-CPU seconds are not hardware).
+
+    python lab/coba_sweep.py --scales 1 10 100 1000 10000 30000 60000 \
+        --out book/data/coba_scaling.json --time-budget 60
+    python lab/coba_sweep.py --regimes --seeds 4 --sim-ms 2100 \
+        --out book/data/coba_regimes.json
+
+The second form measures the activity regime (rate, CV of ISIs, Fano factor of the
+population count) of the benchmark as published and of the book's fixed in-degree
+variant, 2 s after a 100 ms transient, for several seeds on one device: chapter 4
+derives its bounds from it.
+
+Scale 1 is 4200 neurons (3360 E + 840 I) with 80 inputs per neuron; scale s has 4200 s
+neurons and the same in-degree.  Every size runs on all devices JAX finds (all GPUs; on
+CPU, $BOOK_NUM_DEVICES simulated devices), with exactly the model code of the book
+(shardbook/coba/, index connectivity split along the neuron axis).
+
+Each size runs in its own child process, so that its peak device memory
+(memory_stats()['peak_bytes_in_use']) is its own and an out-of-memory crash ends one
+size, not the sweep.  The parent process never starts JAX, so it holds no GPU memory.
+Before a size, the ledger of chapter 4 predicts its peak bytes per device, scaled by the
+worst measured/predicted ratio seen so far; the sweep stops BEFORE a size predicted not
+to fit the device's memory limit (memory_stats()['bytes_limit']).  --time-budget bounds
+the steady-state running time per size (at least one chunk always runs), and the child
+process is killed after 4x that plus 15 min.
+
+The file records, per size: neurons, connectivity bytes per device, peak device memory,
+compile time, steady-state seconds per simulated second and the spike rate; and once:
+device kind and count, driver (nvidia-smi), jax/jaxlib/brainpy/brainstate/brainevent
+versions, the date and the exact command.  It is rewritten after every size, so a
+partial sweep is kept.
+
+CPU runs: simulated CPU devices are not hardware measurements.  Writing a CPU sweep
+under book/ is refused unless --allow-cpu is given, and the file says "simulated": true.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from shardbook import book  # noqa: E402  (the doorway; it starts no JAX)
+
+
+def child(args) -> None:
+    """Measure one size in this process and print one JSON line."""
+    book.setup_devices(verbose=False)
+    coba = book.coba
+
+    out = dict(provenance=coba.provenance(args.command), memory=coba.device_memory())
+    count = out["provenance"]["device_count"]
+    out["predicted"] = {str(s): coba.fit_bytes_per_device(sum(coba.sizes(s)), count)
+                        for s in args.all_scales}
+    out["run"] = coba.measure_size(args.one, sim_ms=args.sim_ms, chunk_ms=args.chunk_ms,
+                                   time_budget=args.time_budget)
+    book.child.answer(out)   # one marked JSON line (shardbook.child)
+
+
+def in_process(args, scale: float) -> dict:
+    book.setup_devices(verbose=False)
+    coba = book.coba
+
+    out = dict(provenance=coba.provenance(args.command))
+    count = out["provenance"]["device_count"]
+    out["predicted"] = {str(s): coba.fit_bytes_per_device(sum(coba.sizes(s)), count)
+                        for s in args.scales}
+    out["run"] = coba.measure_size(scale, sim_ms=args.sim_ms, chunk_ms=args.chunk_ms,
+                                   time_budget=args.time_budget)
+    out["memory"] = coba.device_memory()
+    return out
+
+
+def run_child(args, scale: float) -> dict:
+    """One size in a child process that sees the devices this process would see."""
+    args_ = ["--one", repr(scale), "--all-scales", *map(repr, args.scales),
+             "--sim-ms", repr(args.sim_ms), "--chunk-ms", repr(args.chunk_ms),
+             "--time-budget", repr(args.time_budget), "--command", args.command]
+    env = book.child.clean_env(keep=("JAX_*", "XLA_*", "BOOK_NUM_DEVICES"))
+    try:
+        return book.child.run(str(Path(__file__).resolve()), *args_, env=env,
+                                  timeout=4 * args.time_budget + 900, cwd=ROOT,
+                                  name=f"scale {scale}")
+    except book.child.ChildError as e:
+        return dict(error=str(e))
+
+
+def regimes(args) -> int:
+    """The activity regime of both variants, several seeds, on one device."""
+    book.setup_devices(verbose=False)
+    coba = book.coba
+
+    data = dict(schema=coba.REGIME_SCHEMA, provenance=coba.provenance(args.command),
+                runs=[])
+    for variant in coba.VARIANTS:
+        for seed in range(args.seeds):
+            t0 = time.time()
+            run = coba.measure_regime(variant, seed, sim_ms=args.sim_ms)
+            data["runs"].append(run)
+            w = run["whole"]
+            print(f"[regimes] {variant}, seed {seed}: {w['rate']:.1f} Hz, "
+                  f"CV {w['cv']:.2f}, "
+                  f"Fano {w['fano']:.1f} ({time.time() - t0:.0f} s)", flush=True)
+            write(args.out, data)
+    return 0
+
+
+def write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scales", type=float, nargs="+",
+                    help="sizes to run, in units of 4200 neurons")
+    ap.add_argument("--out", type=Path,
+                    help="the data file to write, e.g. book/data/coba_scaling.json")
+    ap.add_argument("--time-budget", type=float, default=60.0,
+                    help="steady-state seconds per size (default 60)")
+    ap.add_argument("--sim-ms", type=float, default=1000.0,
+                    help="simulated ms per size at most (default 1000)")
+    ap.add_argument("--chunk-ms", type=float, default=10.0,
+                    help="simulated ms per compiled call (default 10)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="no child processes (quick CPU tests)")
+    ap.add_argument("--allow-cpu", action="store_true",
+                    help="allow writing a simulated-CPU sweep under book/")
+    ap.add_argument("--regimes", action="store_true",
+                    help="instead: regime statistics of both variants "
+                         "(one device, --seeds seeds)")
+    ap.add_argument("--seeds", type=int, default=4,
+                    help="seeds per variant for --regimes")
+    ap.add_argument("--one", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--all-scales", type=float, nargs="*", default=[],
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--command", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.one is not None:
+        child(args)
+        return 0
+    if args.regimes:
+        if args.out is None:
+            ap.error("--out is required")
+        args.command = "python lab/coba_sweep.py " + " ".join(
+            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        return regimes(args)
+    if not args.scales or args.out is None:
+        ap.error("--scales and --out are required")
+    args.scales = sorted(args.scales)
+    args.command = "python lab/coba_sweep.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    out_path = args.out if args.out.is_absolute() else Path.cwd() / args.out
+
+    data = dict(schema="shardbook.coba-scaling/1", provenance=None, runs=[],
+                stopped=None)
+    ratio, limit = 1.0, None
+    for scale in args.scales:
+        t0 = time.time()
+        if data["runs"] and limit:
+            predicted = data["predicted_peak_bytes_per_device"][str(scale)] * ratio
+            if predicted > limit:
+                data["stopped"] = dict(scale=scale, reason=(
+                    f"predicted peak {predicted / 1e9:.2f} GB per device (ledger x "
+                    f"{ratio:.2f}, the worst measured/predicted ratio so far) exceeds "
+                    f"the device limit {limit / 1e9:.2f} GB"))
+                print(f"[sweep] stop before scale {scale}: {data['stopped']['reason']}",
+                      flush=True)
+                break
+        res = in_process(args, scale) if args.in_process else run_child(args, scale)
+        if "error" in res:
+            data["stopped"] = dict(scale=scale, reason=res["error"])
+            print(f"[sweep] scale {scale} failed: {res['error']}", flush=True)
+            write(out_path, data)
+            break
+        prov = res["provenance"]
+        if data["provenance"] is None:
+            data["provenance"] = prov
+            data["predicted_peak_bytes_per_device"] = res["predicted"]
+            under_book = (ROOT / "book") in out_path.resolve().parents
+            if prov["simulated"] and not args.allow_cpu and under_book:
+                print("[sweep] refusing to write simulated-CPU numbers under book/ "
+                      "(use --allow-cpu, or write elsewhere): they are not hardware "
+                      "measurements", file=sys.stderr)
+                return 2
+        run = res["run"]
+        limit = res.get("memory", {}).get("bytes_limit") or limit
+        measured = run.get("peak_bytes_in_use")
+        if measured:
+            ratio = max(ratio, measured / run["predicted_peak_bytes_per_device"])
+        data["runs"].append(run)
+        write(out_path, data)
+        peak = measured if measured is not None else "n/a"
+        print(f"[sweep] scale {scale}: {run['neurons']:,} neurons on {run['devices']} "
+              f"device(s), compile {run['compile_s']:.1f} s, "
+              f"{run['steady_s_per_sim_s']:.2f} s per simulated s, "
+              f"{run['rate_hz']:.1f} Hz, peak {peak} B "
+              f"({time.time() - t0:.0f} s)", flush=True)
+    write(out_path, data)
+    print(f"[sweep] wrote {args.out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
