@@ -7,7 +7,7 @@
 
 The page book/record.md includes the generated file book/_generated/record.md: the
 versions, the run times, what a real GPU measured and which pages ran on which GPU
-(the GPU data files of ``lab/gpu_check``, read by ``lab/gpu_notebooks.py``).  It is
+(the GPU data files of ``lab/gpu_check``, read here).  It is
 made by the test run (./ci/test), never typed by hand, and it is not committed.  A
 record written without timings has no run-times section at all: the page's prose says
 where run times come from, and a build without tests ships no placeholder.
@@ -35,6 +35,9 @@ PACKAGES = [
 # The run-times section: its heading, and the header row of its table.
 TIMES_HEADING = "Notebook run times"
 TIMES_HEADER = "| notebook | seconds | result |"
+# The GPU data files (lab/gpu_check writes them), and the mode a GPU run runs pages in
+DATA_DIR = ROOT / "book" / "data"
+MODE = "nbval-lax"
 
 
 def pinned() -> dict:
@@ -120,12 +123,61 @@ def _cell(text: str, width: int = 110) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+# ------------------------------------------------- the GPU data files, read
+def data_files(data_dir: Path = DATA_DIR) -> list[Path]:
+    """The GPU data files of the book: ``book/data/gpu_<device>.json`` (not the
+    GPU-target prediction, not the earlier runs kept under ``earlier/``)."""
+    return sorted(p for p in data_dir.glob("gpu_*.json")
+                  if not p.name.startswith("gpu_target_"))
+
+
+def executed_pages(data_dir: Path = DATA_DIR) -> tuple[dict, list[dict]]:
+    """``({page: row}, runs)``: for each page, the row of the newest GPU run that
+    executed it (ok, failed or timeout; the row carries its device, JAX, date and
+    commit); ``runs``: the provenance of every GPU data file, newest first."""
+    pages, runs = {}, []
+    for path in data_files(data_dir):
+        data = json.loads(path.read_text())
+        if data.get("dry_run"):
+            continue
+        prov = data.get("provenance", {})
+        runs.append(dict(file=path.name, device=prov.get("device_kind"),
+                         date=prov.get("date") or "", commit=prov.get("commit"),
+                         jax=prov.get("versions", {}).get("jax"),
+                         notebooks=(data.get("phases", {}).get("notebooks") or {})
+                         .get("status")))
+        for row in data.get("notebooks") or []:
+            if row.get("status") == "skipped" or row.get("mode") != MODE:
+                continue   # not run, or run as a script before lax nbval (not a page)
+            row = dict(row, device=row.get("device") or prov.get("device_kind"),
+                       jax=row.get("jax") or prov.get("versions", {}).get("jax"),
+                       date=row.get("date") or prov.get("date") or "",
+                       commit=row.get("commit") or prov.get("commit"))
+            if row["path"] not in pages or row["date"] > pages[row["path"]]["date"]:
+                pages[row["path"]] = row
+    runs.sort(key=lambda r: r["date"], reverse=True)
+    return pages, runs
+
+
+def crossover_lines(block: dict) -> list[str]:
+    """The comparison as plain text (the run's log)."""
+    def us(x):
+        return "-" if x is None else f"{x * 1e6:,.1f}"
+
+    out = [f"{'neurons':>10} {'push us':>9} {'index us':>9} {'faster':>7} | "
+           f"earlier: {'push us':>9} {'index us':>9} {'faster':>7}"]
+    for r in block["rows"]:
+        a, b = r["now"], r["earlier"]
+        out.append(f"{r['neurons']:>10,} {us(a['push_s']):>9} {us(a['index_s']):>9} "
+                   f"{a['faster'] or '-':>7} | {'':8} {us(b['push_s']):>9} "
+                   f"{us(b['index_s']):>9} {b['faster'] or '-':>7}")
+    return out
+
+
 def gpu_pages_lines(data_dir: Path | None = None) -> list[str]:
     """Which pages were last executed on which GPU with which JAX (``lab/gpu_check``
     runs them under lax nbval and writes a row per page), or that none has been."""
-    import gpu_notebooks
-
-    pages, runs = gpu_notebooks.executed_pages(data_dir or gpu_notebooks.DATA_DIR)
+    pages, runs = executed_pages(data_dir or DATA_DIR)
     lines = [f"### {PAGES_HEADING}", ""]
     if not pages:
         said = NO_PAGES
@@ -160,10 +212,8 @@ def gpu_pages_lines(data_dir: Path | None = None) -> list[str]:
 def gpu_crossover_lines(data_dir: Path | None = None) -> list[str]:
     """Each GPU run's push / index times beside the earlier run it names (the file's
     ``crossover``), or nothing where no run has one."""
-    import gpu_notebooks
-
     lines = []
-    for path in gpu_notebooks.data_files(data_dir or gpu_notebooks.DATA_DIR):
+    for path in data_files(data_dir or DATA_DIR):
         data = json.loads(path.read_text())
         cross = data.get("crossover") or {}
         if data.get("dry_run") or not cross.get("rows"):
@@ -174,7 +224,7 @@ def gpu_crossover_lines(data_dir: Path | None = None) -> list[str]:
                   f"`{path.name}`) beside the run on 1 x {was.get('device')} "
                   f"({str(was.get('date'))[:10]}, JAX {was.get('jax')}), "
                   "microseconds per step:", "", "```text",
-                  *gpu_notebooks.crossover_lines(cross), "```"]
+                  *crossover_lines(cross), "```"]
     return lines
 
 

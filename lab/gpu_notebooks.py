@@ -1,8 +1,9 @@
 """The book's pages on a real GPU: each under lax nbval, each with its own timeout.
 
 ``lab/gpu_check`` calls :func:`run_pages` after its other phases; this module holds the
-page part of its data file, ``book/data/gpu_<device>.json``, and the one reader of it
-that the record page uses (:func:`executed_pages`).  It imports neither JAX nor
+page part of its data file, ``book/data/gpu_<device>.json``, whose readers
+(:func:`executed_pages`, :func:`crossover_lines`) live with the record page, in
+``ci/record.py``.  It imports neither JAX nor
 BrainPy: every page runs in a fresh kernel of its own, under
 
     python -m pytest -p nbval.plugin --nbval-lax --nbval-current-env PAGE
@@ -40,12 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
 import notebooks as nbs  # noqa: E402  (ci/notebooks.py)
 import pool  # noqa: E402  (ci/pool.py)
 
+# the readers of the GPU data files, shared with the record page
+from record import DATA_DIR, MODE, crossover_lines, data_files, executed_pages  # noqa: E402, F401  (ci/record.py)
+
 ROOT = nbs.ROOT
-DATA_DIR = ROOT / "book" / "data"
 PRIORITY = ("book/00-quick-start.ipynb", "book/01-devices-and-shards.ipynb",
             "book/02-data-parallelism.ipynb", "book/03a-hidden-split.ipynb",
             "book/04a-same-network.ipynb")
-MODE = "nbval-lax"
 MIN_TIMEOUT_S = 5.0      # a page given less than this is skipped (budget)
 ESTIMATE_FACTOR = 3.0    # a page's timeout: 3 x its CPU time (ci/estimates.json) ...
 ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*[A-Za-z]")
@@ -243,52 +245,3 @@ def crossover(rows: list[dict], earlier: dict | None, source: str) -> dict:
     return out
 
 
-def crossover_lines(block: dict) -> list[str]:
-    """The comparison as plain text (the run's log)."""
-    def us(x):
-        return "-" if x is None else f"{x * 1e6:,.1f}"
-
-    out = [f"{'neurons':>10} {'push us':>9} {'index us':>9} {'faster':>7} | "
-           f"earlier: {'push us':>9} {'index us':>9} {'faster':>7}"]
-    for r in block["rows"]:
-        a, b = r["now"], r["earlier"]
-        out.append(f"{r['neurons']:>10,} {us(a['push_s']):>9} {us(a['index_s']):>9} "
-                   f"{a['faster'] or '-':>7} | {'':8} {us(b['push_s']):>9} "
-                   f"{us(b['index_s']):>9} {b['faster'] or '-':>7}")
-    return out
-
-
-# ---------------------------------------------------------------- the record page
-def data_files(data_dir: Path = DATA_DIR) -> list[Path]:
-    """The GPU data files of the book: ``book/data/gpu_<device>.json`` (not the
-    GPU-target prediction, not the earlier runs kept under ``earlier/``)."""
-    return sorted(p for p in data_dir.glob("gpu_*.json")
-                  if not p.name.startswith("gpu_target_"))
-
-
-def executed_pages(data_dir: Path = DATA_DIR) -> tuple[dict, list[dict]]:
-    """``({page: row}, runs)``: for each page, the row of the newest GPU run that
-    executed it (ok, failed or timeout; the row carries its device, JAX, date and
-    commit); ``runs``: the provenance of every GPU data file, newest first."""
-    pages, runs = {}, []
-    for path in data_files(data_dir):
-        data = json.loads(path.read_text())
-        if data.get("dry_run"):
-            continue
-        prov = data.get("provenance", {})
-        runs.append(dict(file=path.name, device=prov.get("device_kind"),
-                         date=prov.get("date") or "", commit=prov.get("commit"),
-                         jax=prov.get("versions", {}).get("jax"),
-                         notebooks=(data.get("phases", {}).get("notebooks") or {})
-                         .get("status")))
-        for row in data.get("notebooks") or []:
-            if row.get("status") == "skipped" or row.get("mode") != MODE:
-                continue   # not run, or run as a script before lax nbval (not a page)
-            row = dict(row, device=row.get("device") or prov.get("device_kind"),
-                       jax=row.get("jax") or prov.get("versions", {}).get("jax"),
-                       date=row.get("date") or prov.get("date") or "",
-                       commit=row.get("commit") or prov.get("commit"))
-            if row["path"] not in pages or row["date"] > pages[row["path"]]["date"]:
-                pages[row["path"]] = row
-    runs.sort(key=lambda r: r["date"], reverse=True)
-    return pages, runs
