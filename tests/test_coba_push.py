@@ -84,6 +84,24 @@ def test_the_cpu_kernels_are_used_on_a_cpu(push_runs):
     assert "shardbook_coba" not in push_runs[N, "xla"][2]
 
 
+def test_the_cpu_kernels_earn_their_place():
+    """The numba FFI kernels stay because a reader's chapter 4 run needs them: on a
+    CPU the push delivery's XLA path is several times slower (lab/coba_kernels.py
+    measured it; the version guard, tests/test_once.py, falls back to that path)."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "book" / "data"
+                       / "coba_kernels.json").read_text())
+    assert data["schema"] == "shardbook.coba-kernels/1"
+    assert {"versions", "date", "command", "machine"} <= set(data["provenance"])
+    events = {}
+    for r in data["rows"]:   # the same work on each side: events per step printed
+        events.setdefault(r["neurons"], set()).add(round(r["events_per_step"], 3))
+    assert all(len(e) == 1 for e in events.values()), events
+    assert min(data["xla_over_kernels"].values()) > 2, data["xla_over_kernels"]
+
+
 # ------------------------------------------------------------------ nothing dropped
 def test_a_planted_overflow_of_the_spike_buffer_is_counted_exactly():
     x = coba.push.SpikeExchange(40, None, fraction=0.01)
