@@ -25,6 +25,9 @@ from pathlib import Path
 import notebooks as nbs
 import pool
 
+from shardbook import gpudata
+from shardbook.gpudata import gpu_data
+
 ROOT = nbs.ROOT
 OUT = ROOT / "book" / "_generated" / "record.md"
 PACKAGES = [
@@ -107,9 +110,8 @@ def times_table(junit_dir: Path) -> list[str]:
 def gpu_lines() -> list[str]:
     """What a real GPU measured (``lab/gpu_check``'s data file), or that nothing has."""
     sys.path.insert(0, str(ROOT))
-    from shardbook import book
 
-    return book.gpudata.record_lines(book.gpu_data("h200"))
+    return gpudata.record_lines(gpu_data("h200"))
 
 
 PAGES_HEADING = "Pages executed on a GPU"

@@ -24,6 +24,9 @@ from pathlib import Path
 import coba_cli  # lab/coba_cli.py
 from coba_regimes import machine  # lab/coba_regimes.py
 
+from shardbook import provenance
+from shardbook.hlo import Program
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "shardbook.coba-4m/1"
 
@@ -70,7 +73,7 @@ def main(argv=None) -> int:
     import jax
     import numpy as np
 
-    coba = book.coba
+    from shardbook import coba
     devices = book.devices()[: args.devices]
     n = len(devices)
     load = [os.getloadavg()]
@@ -90,7 +93,7 @@ def main(argv=None) -> int:
     spikes = sum(int(c.sum()) for c in counts.values())
     events = sum(float(counts[p] @ deg[p]) for p in counts) / args.steps
     text = sim.compiled[args.steps].as_text()
-    step = [c for c in book.Program(text).collectives if c.per_step]
+    step = [c for c in Program(text).collectives if c.per_step]
     pred = coba.predict(net.n_exc, net.n_inh, n, "push", graph="rows", counters=True)
     got = coba.measured_bytes(net)
     xla = coba.compiled_stats(sim.compiled[args.steps])
@@ -104,7 +107,7 @@ def main(argv=None) -> int:
     data = dict(
         schema=SCHEMA,
         provenance=dict(
-            book.provenance.provenance(
+            provenance.provenance(
                 "python lab/coba_4m.py " + " ".join(argv or sys.argv[1:])
             ),
             machine=machine(),  # the CPU and its cores: the seconds are this CPU's

@@ -33,8 +33,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
-    book = coba_cli.book(devices=1)
-    coba = book.coba
+    coba_cli.book(devices=1)   # the devices first, then BrainPy
+    from shardbook import coba
     if not coba.kernels.available():
         raise SystemExit(f"the CPU kernels are off here: {coba.kernels.why_not()}")
     rows = []

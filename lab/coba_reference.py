@@ -122,9 +122,8 @@ def export(net, path: Path, kick_steps: int = 600) -> None:
             [np.asarray(getattr(p, var).value) for p in pops.values()]
         )
     if net.start == "kick":
-        from shardbook import book
 
-        we = book.coba.we
+        from shardbook.coba import we
 
         kick = jax.jit(net.kick)
         steps = np.stack([np.asarray(kick(i))[:50] for i in range(kick_steps)])
@@ -159,10 +158,11 @@ def run_brian(py, spec: dict, tmp: Path) -> tuple:
 
 
 def reference(args, py) -> int:
-    from shardbook import book
 
-    build, regimes = book.coba.build, book.coba.regimes
     import jax
+
+    from shardbook import coba
+    from shardbook.coba import build, regimes
 
     data = _start(args, regimes.REFERENCE_SCHEMA)
     data["simulator"] = dict(
@@ -206,7 +206,7 @@ def reference(args, py) -> int:
                 duration_ms=total_ms,
                 graph=kw["graph"],
                 start=kw["start"],
-                gates=list(book.coba.nest_initial_gates()),  # for start="kick"
+                gates=list(coba.nest_initial_gates()),  # for start="kick"
             )
             if conn == "book":
                 net = build(jax.devices()[:1], seed=seed, conn="index", **kw)
@@ -304,11 +304,8 @@ class _Brian:
 def timing(args, py) -> int:
     import jax
 
-    from shardbook import book
-
-    regimes = book.coba.regimes
-
-    coba = book.coba
+    from shardbook import book, coba
+    from shardbook.coba import regimes
     data = _start(args, regimes.TIMING_SCHEMA, resume=False)
     data["simulator"] = dict(
         name="Brian 2",
@@ -522,17 +519,14 @@ def summarize(data) -> list[dict]:
 
 
 def _start(args, schema, resume=True) -> dict:
-    from shardbook import book
-
-    provenance = book.provenance.provenance
+    from shardbook.provenance import provenance
 
     command = "python lab/coba_reference.py " + " ".join(
         shlex.quote(a) for a in (args.argv if args.argv is not None else sys.argv[1:])
     )
     old = json.loads(args.out.read_text()) if resume and args.out.exists() else {}
-    from shardbook import book
 
-    regimes = book.coba.regimes
+    from shardbook.coba import regimes
 
     data = dict(
         schema=schema,

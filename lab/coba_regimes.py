@@ -101,8 +101,10 @@ def main(argv=None) -> int:
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
 
-    book = coba_cli.book(devices=1)
-    regimes, provenance = book.coba.regimes, book.provenance.provenance
+    coba_cli.book(devices=1)   # the devices first, then BrainPy
+    from shardbook import coba
+    from shardbook.coba import regimes
+    from shardbook.provenance import provenance
 
     schema = regimes.FORMS_SCHEMA if args.what == "forms" else regimes.DT_SCHEMA
     jobs = plan_forms(args, regimes) if args.what == "forms" else plan_dt(args, regimes)
@@ -135,7 +137,7 @@ def main(argv=None) -> int:
             ),
             cells=list(range(1, 1 + args.cell_seeds)),
         )
-    data["isi_edges_ms"] = [float(x) for x in book.coba.ISI_EDGES_MS]
+    data["isi_edges_ms"] = [float(x) for x in coba.ISI_EDGES_MS]
     new = 0
     t_all = time.time()
     for job in jobs:

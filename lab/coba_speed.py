@@ -38,6 +38,9 @@ from pathlib import Path
 
 import coba_cli  # lab/coba_cli.py
 
+from shardbook import gputarget, provenance
+from shardbook.hlo import Program
+
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("delivery", "steps", "model", "scaling")
 SCHEMA = "shardbook.coba-speed/1"
@@ -110,7 +113,7 @@ def steps(book, coba, args) -> list:
 
 
 def model(book, coba, args) -> dict:
-    tm, gt = coba.timemodel, book.gputarget
+    tm, gt = coba.timemodel, gputarget
     builder = "shardbook.gputarget_steps:coba_hh"
     deliveries = dict(index={}, event={}, push=dict(kernel="xla"))
     def job(conn, neurons, **where):  # where: devices (8 unless given), hosts
@@ -222,7 +225,7 @@ def scaling(book, coba, args) -> list:
                 / args.scaling_steps
             )
             text = sim.compiled[args.scaling_steps].as_text()
-            exchange = sum(c.nbytes for c in book.Program(text).collectives
+            exchange = sum(c.nbytes for c in Program(text).collectives
                            if c.per_step)
             got = coba.measured_bytes(net)
             row = dict(
@@ -269,7 +272,7 @@ def main(argv=None) -> int:
     p.add_argument("--scaling-steps", type=int, default=200)
     args = p.parse_args(argv)
     book = coba_cli.book()
-    coba = book.coba
+    from shardbook import coba
     data = json.loads(args.out.read_text()) if args.out.exists() else {}
     if data.get("schema") not in (None, SCHEMA):
         raise SystemExit(f"{args.out} is not a {SCHEMA} file")
@@ -281,7 +284,7 @@ def main(argv=None) -> int:
         ](book, coba, args)
         command = "python lab/coba_speed.py " + " ".join(argv or sys.argv[1:])
         data[section] = dict(
-            provenance=book.provenance.provenance(command),
+            provenance=provenance.provenance(command),
             load_after=load(),
             seconds=time.perf_counter() - t0,
             results=result,

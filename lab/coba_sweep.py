@@ -46,13 +46,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from shardbook import book  # noqa: E402  (the doorway; it starts no JAX)
+from shardbook import book, child  # noqa: E402  (neither starts JAX)
 
 
-def child(args) -> None:
+def measure_one(args) -> None:
     """Measure one size in this process and print one JSON line."""
     book.setup_devices(verbose=False)
-    coba = book.coba
+    from shardbook import coba
 
     out = dict(provenance=coba.provenance(args.command), memory=coba.device_memory())
     count = out["provenance"]["device_count"]
@@ -60,12 +60,12 @@ def child(args) -> None:
                         for s in args.all_scales}
     out["run"] = coba.measure_size(args.one, sim_ms=args.sim_ms, chunk_ms=args.chunk_ms,
                                    time_budget=args.time_budget)
-    book.child.answer(out)   # one marked JSON line (shardbook.child)
+    child.answer(out)   # one marked JSON line (shardbook.child)
 
 
 def in_process(args, scale: float) -> dict:
     book.setup_devices(verbose=False)
-    coba = book.coba
+    from shardbook import coba
 
     out = dict(provenance=coba.provenance(args.command))
     count = out["provenance"]["device_count"]
@@ -82,19 +82,19 @@ def run_child(args, scale: float) -> dict:
     args_ = ["--one", repr(scale), "--all-scales", *map(repr, args.scales),
              "--sim-ms", repr(args.sim_ms), "--chunk-ms", repr(args.chunk_ms),
              "--time-budget", repr(args.time_budget), "--command", args.command]
-    env = book.child.clean_env(keep=("JAX_*", "XLA_*", "BOOK_NUM_DEVICES"))
+    env = child.clean_env(keep=("JAX_*", "XLA_*", "BOOK_NUM_DEVICES"))
     try:
-        return book.child.run(str(Path(__file__).resolve()), *args_, env=env,
+        return child.run(str(Path(__file__).resolve()), *args_, env=env,
                                   timeout=4 * args.time_budget + 900, cwd=ROOT,
                                   name=f"scale {scale}")
-    except book.child.ChildError as e:
+    except child.ChildError as e:
         return dict(error=str(e))
 
 
 def regimes(args) -> int:
     """The activity regime of both variants, several seeds, on one device."""
     book.setup_devices(verbose=False)
-    coba = book.coba
+    from shardbook import coba
 
     data = dict(schema=coba.REGIME_SCHEMA, provenance=coba.provenance(args.command),
                 runs=[])
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     if args.one is not None:
-        child(args)
+        measure_one(args)
         return 0
     if args.regimes:
         if args.out is None:

@@ -77,7 +77,13 @@ sys.path.insert(0, str(ROOT / "ci"))
 
 import gpu_notebooks  # noqa: E402  (the pages under lax nbval; no JAX either)
 
-from shardbook import book  # noqa: E402  (imports neither JAX nor BrainPy)
+# book and the helpers that import neither JAX nor BrainPy
+from shardbook import book, child, gpudata, gputarget, hardware, memory  # noqa: E402
+from shardbook.provenance import (  # noqa: E402
+    gpu_driver,
+    provenance as measured_provenance,  # noqa: E402
+    version,
+)
 
 SCRIPT = Path(__file__).resolve()
 BUDGET_S = 480                    # 8 minutes on one H200, everything included
@@ -147,9 +153,9 @@ def prediction_jobs() -> dict:
     """Chapter 6's steps for one H200: its sizes for one device, and the largest COBA-HH
     that chapter 4's ledger says fits in the book's budget of one H200
     (``hardware.budget_bytes``, chapter 6's ``N1``)."""
-    coba = book.coba
-    n1 = book.memory.largest_fitting(lambda n: coba.fit_bytes_per_device(n, 1),
-                                     book.hardware.budget_bytes("h200"), step=4200)
+    from shardbook import coba
+    n1 = memory.largest_fitting(lambda n: coba.fit_bytes_per_device(n, 1),
+                                     hardware.budget_bytes("h200"), step=4200)
     return {"dp": ("rnn_data_parallel", {}), "hidden": ("rnn_hidden", {}),
             "hidden_2d": ("rnn_hidden", {"two_d": True}), "fsdp": ("fsdp_mlp", {}),
             "coba": ("coba_hh", {}), "coba_1_gpu": ("coba_hh", {"neurons": n1})}
@@ -192,7 +198,7 @@ def provenance(command: str, commit: str | None) -> dict:
     import jax
 
     dev = jax.devices()[0]
-    versions = {p: book.provenance.version(p) for p in VERSIONS}
+    versions = {p: version(p) for p in VERSIONS}
     versions["python"] = _platform.python_version()
     pinned = pins()
     mismatch = {p: {"pinned": pinned[p.lower().replace("_", "-")], "found": v}
@@ -201,13 +207,13 @@ def provenance(command: str, commit: str | None) -> dict:
                 and v != pinned[p.lower().replace("_", "-")]}
     dirty = git("status", "--porcelain")
     return dict(device_kind=dev.device_kind, device_count=len(jax.devices()),
-                platform=dev.platform, driver=book.provenance.gpu_driver(),
+                platform=dev.platform, driver=gpu_driver(),
                 versions=versions, pins={p: pinned.get(p.lower().replace("_", "-"))
                                          for p in versions},
                 mismatch=mismatch, commit=commit or git("rev-parse", "HEAD"),
                 dirty=None if dirty is None else bool(dirty),
                 status=None if dirty is None else dirty[:2000],   # what was not clean
-                date=book.provenance.provenance(command)["date"], command=command,
+                date=measured_provenance(command)["date"], command=command,
                 python=sys.version.split()[0])
 
 
@@ -216,7 +222,7 @@ def _mem_row(model, size, compiled, run, ledger=None) -> dict:
     """Run ``run()`` once; the device's peak beside ``memory_analysis()``."""
     import jax
 
-    analysis = book.memory.compiled_memory(compiled)
+    analysis = memory.compiled_memory(compiled)
     dev = jax.devices()[0]
     before = dev.memory_stats() or {}
     high = before.get("peak_bytes_in_use", 0)
@@ -252,7 +258,7 @@ def phase_compile(cfg: dict) -> dict:
         jobs = sizes(True)["compile"]
         progs = dict(zip(jobs, compile_here(jobs)))
         pred = prediction(jobs, list(progs.values()), "1 x CPU (dry run: this process)")
-    book.gpudata.validate_prediction(pred)
+    gpudata.validate_prediction(pred)
     rows, errors = [], []
     for name, job in pred["jobs"].items():
         prog = progs.get(name) or attempt(
@@ -284,7 +290,7 @@ def phase_memory(cfg: dict) -> dict:
 
     s = sizes(cfg["dry"])
     dev = jax.devices()[0]
-    rnn, coba = book.rnn, book.coba
+    from shardbook import coba, rnn
     todo, errors = [], []
 
     def rnn_item(sz):
@@ -311,7 +317,7 @@ def phase_memory(cfg: dict) -> dict:
         todo.append(attempt(errors, f"memory coba scale {scale}",
                             lambda sc=scale: coba_item(sc)))
     todo = [t for t in todo if t is not None]
-    todo.sort(key=lambda t: book.memory.compiled_memory(t[2])["total"])
+    todo.sort(key=lambda t: memory.compiled_memory(t[2])["total"])
     rows = []
     for model, size, compiled, run, ledger in todo:
         row = attempt(errors, f"memory {model} {size}",
@@ -339,7 +345,8 @@ def phase_timing(cfg: dict) -> dict:
 
     s, deadline = sizes(cfg["dry"]), time.monotonic() + cfg["budget_s"]
     dev = jax.devices()[0]
-    coba = book.coba
+    from shardbook import coba, rnn
+
     out = {"coba": [], "coba_10s": None, "rnn": [], "skipped": [], "errors": []}
 
     def split(n):
@@ -350,13 +357,13 @@ def phase_timing(cfg: dict) -> dict:
         c = given or book.config(chapter, 1).asdict()
         axis = "batch" if chapter == "ch2" else "hidden"
         with bm.sharding.device_mesh([dev], [axis]):
-            model = book.rnn.RNN(c["I"], c["H"], c["O"], c["B"])
-        step = book.rnn.make_train_step(model, lr=c.get("lr", 1e-3))
-        xs, ys = book.rnn.make_task(c["B"], c["T"], c["I"], c["O"])
+            model = rnn.RNN(c["I"], c["H"], c["O"], c["B"])
+        step = rnn.make_train_step(model, lr=c.get("lr", 1e-3))
+        xs, ys = rnn.make_task(c["B"], c["T"], c["I"], c["O"])
         t0 = time.perf_counter()
         jax.block_until_ready(step(xs, ys))        # compile and one step
         first = time.perf_counter() - t0
-        samples = book.coba.timing.interleave(
+        samples = coba.timing.interleave(
             {"step": lambda: jax.block_until_ready(step(xs, ys))},
             repeats=s["rnn_repeats"])["step"]
         med = _median(samples)
@@ -462,7 +469,7 @@ def progress(phase: str, result) -> None:
     """Answer what ``phase`` has so far: if the child is stopped at its timeout, the
     parent keeps it (the last answer line wins), marked as cut short."""
     _ANSWER["phases"][phase] = dict(result=result, record=dict(partial=True))
-    book.child.answer(_ANSWER)
+    child.answer(_ANSWER)
 
 
 def child_main(phases: str) -> int:
@@ -483,7 +490,7 @@ def child_main(phases: str) -> int:
             print(record["error"], file=sys.stderr, flush=True)
         record["wall_s"] = round(time.monotonic() - t0, 2)
         _ANSWER["phases"][name] = dict(result=result, record=record)
-        book.child.answer(_ANSWER)
+        child.answer(_ANSWER)
     return 0
 
 
@@ -493,20 +500,20 @@ def run_child(phases: tuple, cfg: dict, budgets: dict, dry: bool) -> tuple[dict,
     ``({phase: result}, {phase: record})``; a phase the child never answered for gets
     the child's error."""
     extra = dict(JAX_PLATFORMS="cpu") if dry else {}
-    env = book.child.clean_env(extra, keep=("XLA_PYTHON_CLIENT_*",))
+    env = child.clean_env(extra, keep=("XLA_PYTHON_CLIENT_*",))
     timeout = sum(budgets[p] for p in phases)
     t0 = time.monotonic()
     answer, failure = {}, None
-    proc = book.child.start(str(SCRIPT), "--child", ",".join(phases),
+    proc = child.start(str(SCRIPT), "--child", ",".join(phases),
                             input=json.dumps(dict(cfg, budgets=budgets)), env=env,
                             timeout=timeout, name=f"gpu_check {'+'.join(phases)}")
     try:
         answer = proc.result()
-    except book.child.ChildError as e:
-        failure = ("timeout" if isinstance(e, book.child.ChildTimeout) else "error",
+    except child.ChildError as e:
+        failure = ("timeout" if isinstance(e, child.ChildTimeout) else "error",
                    str(e)[-2000:])
         try:     # what the child answered before it was stopped
-            answer = book.child.read_answer(proc.stdout())
+            answer = child.read_answer(proc.stdout())
         except (LookupError, ValueError, OSError):
             answer = {}
     wall = round(time.monotonic() - t0, 2)
@@ -540,13 +547,13 @@ def gather(args) -> dict:
     wanted = set(args.phases)
     pred = None
     if not dry and "compile" in wanted:
-        pred = book.gpudata.load_prediction("h200")
+        pred = gpudata.load_prediction("h200")
         if pred is None:
             raise SystemExit("book/data/gpu_target_h200.json is missing: run "
                              "lab/gpu_check --predict on the CPU first")
     base = dict(dry=dry, command=command, commit=args.commit, prediction=pred,
                 neurons=args.neurons)
-    data = dict(schema=book.gpudata.SCHEMA, dry_run=dry, phases={}, compile=[],
+    data = dict(schema=gpudata.SCHEMA, dry_run=dry, phases={}, compile=[],
                 memory=[], timing={"coba": [], "coba_10s": None, "rnn": []},
                 notebooks=[], budget_s=args.budget, errors={})
     budgets = {p: share * args.budget for p, share in SHARES.items()}
@@ -575,7 +582,7 @@ def gather(args) -> dict:
             data["timing"] = {k: results["timing"][k]
                               for k in ("coba", "coba_10s", "rnn", "skipped",
                                         "errors")}
-    for name in book.gpudata.PHASES:
+    for name in gpudata.PHASES:
         if name not in wanted:
             data["phases"][name] = dict(budget_s=0.0, wall_s=0.0, status="skipped",
                                         why="not asked for (--phases)")
@@ -610,18 +617,18 @@ def gather(args) -> dict:
 
 def compile_here(jobs: dict) -> list:
     """``jobs`` compiled on this process's first device: one Program each."""
-    return [book.gputarget.compile_here(BUILDERS + b, devices=1, **kw)
+    return [gputarget.compile_here(BUILDERS + b, devices=1, **kw)
             for b, kw in jobs.values()]
 
 
 def predict(jobs: dict, target: str = "h200") -> dict:
     """``jobs`` compiled for a 1-device GPU ``target`` without a GPU (in the GPU-target
     child): the prediction file's content."""
-    progs = book.gputarget.compile_jobs(
+    progs = gputarget.compile_jobs(
         [dict(builder=BUILDERS + b, kwargs=kw, target=target, devices=1)
          for b, kw in jobs.values()], timeout=1500)
     out = prediction(jobs, progs, progs[0].meta.get("target"))
-    out["provenance"]["gpu_target_pins"] = list(book.gputarget.PINS)
+    out["provenance"]["gpu_target_pins"] = list(gputarget.PINS)
     return out
 
 
@@ -631,8 +638,8 @@ def prediction(jobs: dict, progs: list, description: str, target: str = "h200") 
     prov = dict(command=" ".join(["lab/gpu_check", *sys.argv[1:]]),
                 commit=git("rev-parse", "HEAD"),
                 date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                versions={p: book.provenance.version(p) for p in VERSIONS})
-    out = dict(schema=book.gpudata.PREDICTION_SCHEMA, target=target, devices=1,
+                versions={p: version(p) for p in VERSIONS})
+    out = dict(schema=gpudata.PREDICTION_SCHEMA, target=target, devices=1,
                description=description, provenance=prov, jobs={})
     for name, (builder, kwargs), prog in zip(jobs, jobs.values(), progs):
         got = summary(prog)
@@ -710,14 +717,14 @@ def main(argv=None) -> int:
                     help="a page's least timeout (more where ci/estimates.json says "
                     "it takes longer on the CPU)")
     ap.add_argument("--phases", type=lambda t: t.split(","),
-                    default=list(book.gpudata.PHASES),
-                    help="comma-separated, of " + ",".join(book.gpudata.PHASES)
+                    default=list(gpudata.PHASES),
+                    help="comma-separated, of " + ",".join(gpudata.PHASES)
                     + " (default: all; the others are marked skipped)")
     ap.add_argument("--neurons", type=int, nargs="+", metavar="N",
                     help="the COBA-HH sizes of the timing (default: 4,200 to 16 M "
                     "while the budget lasts)")
     ap.add_argument("--beside", type=Path,
-                    default=book.gpudata.DATA_DIR / "gpu_h200.json",
+                    default=gpudata.DATA_DIR / "gpu_h200.json",
                     help="an earlier GPU data file whose push / index times the "
                     "new ones are set beside (default: book/data/gpu_h200.json)")
     ap.add_argument("--suffix", type=lambda t: t if re.fullmatch(r"[a-z0-9]+", t)
@@ -727,7 +734,7 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", help="the commit, where the tree has no .git")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    unknown = set(args.phases) - set(book.gpudata.PHASES)
+    unknown = set(args.phases) - set(gpudata.PHASES)
     if unknown:
         ap.error(f"--phases: no phase {', '.join(sorted(unknown))}")
     if args.child:
@@ -736,23 +743,23 @@ def main(argv=None) -> int:
         return wheels(args.wheels)
     if args.predict:
         jobs = prediction_jobs()
-        data = book.gpudata.validate_prediction(predict(jobs, "h200"))
-        path = (args.out or book.gpudata.DATA_DIR) / "gpu_target_h200.json"
+        data = gpudata.validate_prediction(predict(jobs, "h200"))
+        path = (args.out or gpudata.DATA_DIR) / "gpu_target_h200.json"
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         print(f"wrote {path}")
         return 0
     out = args.out or (Path(tempfile.mkdtemp(prefix="gpu_check_")) if args.dry_run
-                       else book.gpudata.DATA_DIR)
+                       else gpudata.DATA_DIR)
     data = gather(args)
-    slug = book.gpudata.device_slug(data["provenance"]["device_kind"]
+    slug = gpudata.device_slug(data["provenance"]["device_kind"]
                                     if not args.dry_run else "cpu")
     out.mkdir(parents=True, exist_ok=True)
     data = scrub(data, {str(ROOT): "<repo>", str(out.resolve()): "<out>"})
     data["provenance"]["places"] = PLACES
     path = out / f"gpu_{slug}{'_' + args.suffix if args.suffix else ''}.json"
     try:
-        book.gpudata.validate(data)
-    except book.gpudata.GpuDataError:
+        gpudata.validate(data)
+    except gpudata.GpuDataError:
         bad = path.with_suffix(".rejected.json")
         bad.write_text(json.dumps(data, indent=1, default=str) + "\n")
         print(f"the data failed validation; kept in {bad}", file=sys.stderr)

@@ -27,9 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shardbook import book  # noqa: E402
-
-gt = book.gputarget
+from shardbook import gputarget as gt  # noqa: E402
 
 
 def stored_jobs(folder: Path) -> list[dict]:

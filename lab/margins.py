@@ -14,6 +14,8 @@ import platform
 import sys
 from pathlib import Path
 
+from shardbook import provenance, verify
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
 import notebooks as nbs  # noqa: E402  (ci/notebooks.py)
 
@@ -31,13 +33,12 @@ def cpu_model() -> str:
 def stored_tolerances() -> dict:
     """(rtol, atol, exact) of every verdict in the notebooks' stored outputs."""
     sys.path.insert(0, str(nbs.ROOT))
-    from shardbook import book
 
     found: dict = {}
     for path in nbs.notebooks():
         for cell in nbs.code_cells(nbs.load(path)):
             for out in cell.get("outputs", []):
-                for m in book.verify.VERDICT_RE.finditer(nbs.output_text(out)):
+                for m in verify.VERDICT_RE.finditer(nbs.output_text(out)):
                     tol = ((0.0, 0.0, True) if m["rtol"] is None
                            else (float(m["rtol"]), float(m["atol"]), False))
                     found.setdefault(m["check"], set()).add(tol)
@@ -87,9 +88,8 @@ def main() -> None:
         c["runs"] = dict(sorted(c["runs"].items()))
     try:
         sys.path.insert(0, str(nbs.ROOT))
-        from shardbook import book
 
-        versions = {p: book.provenance.version(p)
+        versions = {p: provenance.version(p)
                     for p in ("jax", "jaxlib", "brainpy", "numpy")}
     except Exception:
         versions = {}

@@ -71,12 +71,12 @@ def make_simulation(devices, scale=1., seed=0, graph="fixed", conn="push",
                     start="rest", raster=False):
     """The recipe's network on ``devices`` and its simulation: counters per neuron (and
     the raster, with ``raster``), nothing reduced inside the step."""
-    from shardbook import book
+    from shardbook import coba
 
-    net = book.coba.build(devices, scale=scale, seed=seed, graph=graph, conn=conn,
-                          start=start)
+    net = coba.build(devices, scale=scale, seed=seed, graph=graph, conn=conn,
+                     start=start)
     record = ("count", "spike") if raster else ("count",)
-    return book.coba.Simulation(net, record=record)
+    return coba.Simulation(net, record=record)
 
 
 def main(argv=None) -> None:
@@ -104,9 +104,9 @@ def main(argv=None) -> None:
     if os.environ.get("BOOK_GLOO_LOOPBACK"):
         # CPU runs on one machine: keep the Gloo collectives on 127.0.0.1 as well
         # (no public JAX option; see shardbook/private.py).
-        from shardbook import book
+        from shardbook import private
 
-        book.private.gloo_on_loopback("127.0.0.1")
+        private.gloo_on_loopback("127.0.0.1")
 
     # 2. Now the book's code, unchanged.
     import numpy as np

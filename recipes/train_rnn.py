@@ -75,11 +75,7 @@ def main() -> None:
 
     import brainpy.math as bm
 
-    from shardbook import book
-
-    RNN, make_task, make_train_step = (
-        book.rnn.RNN, book.rnn.make_task, book.rnn.make_train_step
-    )
+    from shardbook.rnn import RNN, make_task, make_train_step
 
     lead = jax.process_index() == 0
     if lead:

@@ -6,8 +6,8 @@ claim of the book is one entry of ``expectations.toml``, keyed by the step's nam
 compiler (``cpu`` or ``gpu``) and the JAX version it was measured with.  A notebook
 never branches on the platform; it asks::
 
-    prog = book.Program(step.lower(xs, ys).compile())
-    print(book.expect.check("rnn.hidden", prog, B=8, T=20, H=840, O=8))
+    prog = Program(step.lower(xs, ys).compile())   # from shardbook.hlo import Program
+    print(expect.check("rnn.hidden", prog, B=8, T=20, H=840, O=8))
 
 which compares the program with the entry for the program's own compiler and returns
 one line saying what was checked, or raises ``AssertionError`` naming the entry, what
@@ -43,12 +43,12 @@ import textwrap
 import tomllib
 from pathlib import Path
 
-__all__ = ["ENV_VAR", "TABLE", "ExpectationMissing", "check", "entries", "entry",
-           "expected", "parameters", "table"]
+__all__ = ["ENV_VAR", "TABLE", "WIDTH", "ExpectationMissing", "check", "entries",
+           "entry", "expected", "parameters", "table"]
 
 TABLE = Path(__file__).resolve().parent / "expectations.toml"
 ENV_VAR = "BOOK_EXPECTATIONS"
-WIDTH = 100
+WIDTH = 100   # the widest line a verdict prints (the pages' output width)
 _NOT_FIELDS = ("why", "anchor", "jax", "kind")
 
 

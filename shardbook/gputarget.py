@@ -53,7 +53,8 @@ __all__ = [
     "PINS", "REFRESH", "STORE_DIR", "TARGETS", "GpuTargetError", "Pending", "Target",
     "code_digest", "code_text", "compile_here", "compile_jobs", "device_info",
     "install", "job_key", "made_from", "normal_job", "package_imports", "programs",
-    "spec_text", "start_jobs", "store", "stored", "target_dir", "wheels_installed",
+    "source_of", "spec_text", "start_jobs", "store", "stored", "target_dir",
+    "wheels_installed",
 ]
 
 # The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; tested).
@@ -440,27 +441,40 @@ def code_text(tree) -> str:
     return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
 
-def code_digest(module: str) -> str:
-    """The digest of the code that ``module`` runs: it and every package module it
-    imports, transitively (functions' own imports included), as :func:`code_text` reads
-    them.  A docstring or a comment does not change it; a changed line of code does."""
-    if module not in _DIGESTS:
-        import ast
+def source_of(module: str) -> str:
+    """The source text of a package module (``shardbook.rnn`` is its ``__init__``)."""
+    return _module_file(module).read_text()
 
-        seen, todo = set(), [module, __name__]   # this module compiles every job
-        while todo:
-            name = todo.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            tree = ast.parse(_module_file(name).read_text())
-            todo.extend(package_imports(name, tree))
-        h = hashlib.sha256()
-        for name in sorted(seen):
-            tree = ast.parse(_module_file(name).read_text())
-            h.update(name.encode() + b"\0" + code_text(tree).encode() + b"\0")
-        _DIGESTS[module] = h.hexdigest()[:16]
-    return _DIGESTS[module]
+
+def code_digest(module: str, read=None) -> str:
+    """The digest of the code that ``module`` runs: it and every package module it
+    imports, transitively (functions' own imports included), with the ``__init__`` of
+    every package on the way, as :func:`code_text` reads them.  A docstring or a
+    comment does not change it; a changed line of code does.  ``read``: a function of
+    a module's name that gives its source (default :func:`source_of`)."""
+    import ast
+
+    if read is None and module in _DIGESTS:
+        return _DIGESTS[module]
+    read = read or source_of
+    seen, todo = set(), [module, __name__]   # this module compiles every job
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(package_imports(name, ast.parse(read(name))))
+        # importing a.b.c runs the __init__ of a and of a.b first
+        parts = name.split(".")
+        todo.extend(".".join(parts[:k]) for k in range(1, len(parts)))
+    h = hashlib.sha256()
+    for name in sorted(seen):
+        code = code_text(ast.parse(read(name)))
+        h.update(name.encode() + b"\0" + code.encode() + b"\0")
+    digest = h.hexdigest()[:16]
+    if read is source_of:
+        _DIGESTS[module] = digest
+    return digest
 
 
 def _gpu_flags() -> list[str]:

@@ -23,7 +23,7 @@ never on a GPU's.  A collective inside a loop is expected once per trip
 ::
 
     path = traces.record(step, x, w, steps=3, log_dir="_build/trace")
-    trace = traces.read(path, book.Program(step.lower(x, w).compile()))
+    trace = traces.read(path, Program(step.lower(x, w).compile()))
     trace.count("all-reduce"), trace.share()    # events, collective share of op time
     print(trace.verdict(steps=3))               # the counts, checked; no float
 

@@ -9,7 +9,7 @@ stale, compiles in ONE child process, with a warning.  CPU compiles
 
 import json
 
-from shardbook import book
+from shardbook import gputarget
 
 STEPS = "shardbook.gputarget_steps:"
 _JOBS: dict = {}
@@ -48,7 +48,7 @@ def gpu(key: tuple):
     """The Program of a registered job (all jobs read together, once)."""
     if key not in _GPU:
         todo = [k for k in _JOBS if k not in _GPU]
-        programs = book.gputarget.programs([_JOBS[k] for k in todo], timeout=580)
+        programs = gputarget.programs([_JOBS[k] for k in todo], timeout=580)
         _GPU.update(zip(todo, programs))
     return _GPU[key]
 
@@ -58,7 +58,7 @@ def gpu_programs(jobs: dict) -> dict:
     job is not stored fresh and the GPU-target wheels are not installed."""
     import pytest
 
-    gt = book.gputarget
+    from shardbook import gputarget as gt
     fresh = all(
         (r := gt.stored(_JOBS[k])) is not None and "stale" not in r["meta"]
         for k in jobs.values()
@@ -75,7 +75,7 @@ def here(builder: str, kwargs: dict | None = None, devices: int | None = None):
     """``compile_here`` of ``builder``, once per session."""
     key = _key(builder, kwargs, "cpu", devices, 1)
     if key not in _CPU:
-        _CPU[key] = book.gputarget.compile_here(
+        _CPU[key] = gputarget.compile_here(
             STEPS + builder, devices=devices, **(kwargs or {})
         )
     return _CPU[key]

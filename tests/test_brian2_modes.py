@@ -17,15 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardbook import book
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "ci"))
 sys.path.insert(0, str(ROOT / "lab"))
 import brian2_coba  # noqa: E402  (numpy only at import)
 import coba_reference  # noqa: E402
 
-R = book.coba.regimes
+from shardbook.coba import regimes as R  # noqa: E402
+
 STORED = ROOT / "book" / "data" / "coba_brian2_timing.json"
 
 # examples/COBAHH.py at tag 2.9.0 (commit 31f945d4), lines 53, 54 and 57

@@ -16,9 +16,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import brainpy as bp
 import brainpy.math as bm
 
-from shardbook import book
+from shardbook import book, rnn, shards, verify
+from shardbook.compiles import count_compiles
 
-rnn, verify = book.rnn, book.verify
 RNN, make_loss_fn, make_task, shard_batch = (
     rnn.RNN,
     rnn.make_loss_fn,
@@ -165,7 +165,7 @@ def test_fsdp_step_is_the_one_adam_on_the_fsdp_gradient(fsdp):
         "test.ch3.fsdp.adam", (got, got_opt), (want, want_opt), rtol=1e-6, atol=1e-9
     )
     for n, w in got.items():
-        book.shards.check_sharding(w, specs[n])
+        shards.check_sharding(w, specs[n])
 
 
 def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
@@ -189,14 +189,14 @@ def _compilations(fix_counter: bool, fix_specs: bool) -> list[int]:
     x, y = shard_batch(xs, mesh), shard_batch(ys, mesh)
     counts, total = [], 0
     for _ in range(3):
-        with book.count_compiles() as compiled:
+        with count_compiles() as compiled:
             step(x, y)
         total += compiled.count
         counts.append(total)
     return counts
 
 
-# Counted with jax.monitoring's compile events (book.count_compiles): only Adam's step
+# Counted with jax.monitoring's compile events (count_compiles): only Adam's step
 # counter, made on one device and handed back replicated on the mesh, makes XLA compile
 # again.  The respelled specs (P('hidden', None) -> P('hidden',)) cost nothing: JAX keys
 # equivalent specs alike, so it neither lowers nor compiles again for them.
@@ -214,8 +214,8 @@ def test_recompilation_trap_is_the_step_counter(fix_counter, fix_specs, expected
 
 
 def test_ring_bytes_follow_the_ring_algorithms():
-    """book.hardware's ring model (pages 3b and 3c): what one device sends."""
-    hw = book.hardware
+    """shardbook.hardware's ring model (pages 3b and 3c): what one device sends."""
+    from shardbook import hardware as hw
     assert hw.ring_sent_bytes("all-gather", 800, 8) == 700  # 7 blocks of 100
     assert hw.ring_sent_bytes("all-reduce", 800, 8) == 1400  # RS + AG
     assert hw.ring_sent_bytes("reduce-scatter", 100, 8) == 700  # result is 1/8

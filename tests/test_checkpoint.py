@@ -17,9 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import brainpy.math as bm
 
-from shardbook import book
-
-coba, verify = book.coba, book.verify
+from shardbook import coba, verify
 
 NETWORK = dict(scale=0.5, seed=0)  # 1,680 E + 420 I: divisible by 1, 2 and 4 devices
 HALF = 20

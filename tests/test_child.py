@@ -9,16 +9,14 @@ import time
 
 import pytest
 
-from shardbook import book
-
-child = book.child
+from shardbook import child
 
 ANSWERS = """
 import json, os, sys
-from shardbook import book
+from shardbook import child
 data = json.loads(sys.stdin.read())
 print("some chatter first")
-book.child.answer(dict(got=data, env={k: os.environ.get(k) for k in sys.argv[1:]},
+child.answer(dict(got=data, env={k: os.environ.get(k) for k in sys.argv[1:]},
                        path=sys.path))
 """
 
@@ -138,7 +136,7 @@ def test_wait_all_timeout_kills_all(tmp_path):
 
 def test_a_module_child_found_through_paths(tmp_path):
     (tmp_path / "answering_module.py").write_text(
-        "import sys\nfrom shardbook import book\nbook.child.answer(sys.argv[1:])\n"
+        "import sys\nfrom shardbook import child\nchild.answer(sys.argv[1:])\n"
     )
     env = child.clean_env(paths=[tmp_path])
     assert child.run("answering_module", "a", 2, env=env, timeout=60) == ["a", "2"]

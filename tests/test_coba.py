@@ -17,9 +17,8 @@ import pyrun  # tests/pyrun.py
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from shardbook import book
-
-coba, shards = book.coba, book.shards
+from shardbook import coba, expect, shards
+from shardbook.hlo import Program
 
 ROOT = Path(__file__).resolve().parent.parent
 N = jax.device_count()
@@ -177,14 +176,14 @@ def test_closure_constant_is_baked_whole_into_every_program():
 def test_collectives_per_step(nets, unrecorded):
     n_exc, n_inh = coba.sizes(SCALE)
     net = nets[N]
-    prog = book.Program(unrecorded[N])  # recording nothing: the step's own collectives
-    print(book.expect.check("coba.step", prog, exc=n_exc, inh=n_inh))
+    prog = Program(unrecorded[N])  # recording nothing: the step's own collectives
+    print(expect.check("coba.step", prog, exc=n_exc, inh=n_inh))
     if N == 1:
         return
-    rate = book.Program(coba.Simulation(net, record=("rate",)).compile(5))
+    rate = Program(coba.Simulation(net, record=("rate",)).compile(5))
     assert rate.counts(per_step=True)["all-reduce"] >= 1
     sliced = coba.build(jax.devices(), scale=SCALE, layout="sliced")
-    sliced_prog = book.Program(coba.Simulation(sliced, record=("spike",)).compile(5))
+    sliced_prog = Program(coba.Simulation(sliced, record=("spike",)).compile(5))
     assert sliced_prog.counts(per_step=True)["collective-permute"] >= 1
 
 
@@ -320,8 +319,8 @@ def test_event_csr_gives_the_index_spikes_on_any_mesh(runs, event_runs):
 
 def test_event_csr_keeps_two_all_gathers_and_splits_the_work(event_runs):
     net, sim, _ = event_runs[N]
-    prog = book.Program(sim.compiled[STEPS])  # its spike record adds no collective
-    print(book.expect.check("coba.step", prog, exc=net.n_exc, inh=net.n_inh))
+    prog = Program(sim.compiled[STEPS])  # its spike record adds no collective
+    print(expect.check("coba.step", prog, exc=net.n_exc, inh=net.n_inh))
     if N > 1:
         assert not shards.is_replicated(coba.comm_output(net, "E2E"))
 

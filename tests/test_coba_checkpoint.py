@@ -17,9 +17,8 @@ import jax
 import numpy as np
 import pytest
 
-from shardbook import book
+from shardbook import book, coba
 
-coba = book.coba
 ck = coba.checkpoint
 N = len(book.devices())
 NET = dict(sizes=(672, 168), graph="bernoulli", start="random", conn="event")

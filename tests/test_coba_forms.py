@@ -15,9 +15,8 @@ import jax
 import numpy as np
 import pytest
 
-from shardbook import book
+from shardbook import book, coba
 
-coba = book.coba
 N = len(book.devices())
 SMALL = (672, 168)
 _NETS = {}

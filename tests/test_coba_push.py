@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shardbook import book
+from shardbook import book, coba, gputarget
+from shardbook.hlo import Program
 
-coba = book.coba
 N = len(book.devices())
 SCALE = 0.1
 STEPS = 200  # 20 ms: the opening volley (steps 60-70) and after
@@ -213,7 +213,7 @@ def test_every_loop_of_the_push_step_has_a_known_trip_count(push_runs):
 
 def test_push_exchanges_indices_not_bools(push_runs):
     net, _, text = push_runs[N, "auto"]
-    gathers = sorted(c.nbytes for c in book.Program(text).collectives if c.per_step)
+    gathers = sorted(c.nbytes for c in Program(text).collectives if c.per_step)
     caps = [net.exchange_I.capacity, net.exchange_E.capacity]
     if N == 1:
         assert gathers == []
@@ -236,7 +236,7 @@ def h200():
         devices=8,
         kwargs=dict(conn="push", steps=10, neurons=GPU_NEURONS),
     )
-    return book.gputarget.programs([job], timeout=900)[0]   # page 4b's, stored
+    return gputarget.programs([job], timeout=900)[0]   # page 4b's, stored
 
 
 def test_push_for_8_h200_has_static_loops_and_an_eighth_of_the_bool_exchange(h200):

@@ -9,7 +9,8 @@ is chapter 4's default and fastest, the push of spike indices.
 import importlib.util
 from pathlib import Path
 
-from shardbook import book
+from shardbook import book, coba, expect
+from shardbook.hlo import Program
 
 RUN_COBA = Path(__file__).resolve().parents[1] / "recipes" / "run_coba.py"
 
@@ -26,14 +27,14 @@ def test_the_recipes_step_has_only_the_spike_exchange():
     sim = _recipe().make_simulation(devices, scale=0.2)
     assert sim.record == ("count",)
     assert sim.net.conn_kind == "push"  # COBAHH's default, chapter 4's fastest delivery
-    prog = book.Program(sim.compile(5))
-    ids = book.coba.push.gathered_ids(sim.net.n_exc, sim.net.n_inh, len(devices))
+    prog = Program(sim.compile(5))
+    ids = coba.push.gathered_ids(sim.net.n_exc, sim.net.n_inh, len(devices))
     # the exchange of spike indices, E and I, and nothing else in the step; on one
     # device too (the entry's single_device = "as listed": XLA:CPU keeps them)
-    print(book.expect.check("coba.push.step", prog, **ids))
+    print(expect.check("coba.push.step", prog, **ids))
     # the planted mistake: a rate summed inside the step is an all-reduce per step
-    rate = book.coba.Simulation(sim.net, record=("count", "rate")).compile(5)
-    assert book.Program(rate).counts(per_step=True)["all-reduce"] >= 1
+    rate = coba.Simulation(sim.net, record=("count", "rate")).compile(5)
+    assert Program(rate).counts(per_step=True)["all-reduce"] >= 1
     sim.run(20)
     totals = sim.totals()  # the one reduction, after the run
     assert set(totals) == {"E", "I"} and all(t >= 0 for t in totals.values())

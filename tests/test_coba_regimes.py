@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardbook import book
+from shardbook import coba
+from shardbook.coba import regimes as R
 
-R = book.coba.regimes
 DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 
 
@@ -80,7 +80,7 @@ def test_the_fano_bound_catches_a_tenfold_change_in_synchrony(form):
     sync = fano - 1  # synchrony: the excess over independent neurons
     for factor, passes in ((1, True), (10, False), (0.1, False)):
         raster = R.synchrony_raster(1 + factor * sync, rate, neurons, seed=7)
-        got = book.coba.regime(raster)
+        got = coba.regime(raster)
         if passes:
             R.check(got, bounds, f"{form}, its own synchrony", names=("fano",))
         else:

@@ -10,9 +10,8 @@ planted, fails that check.
 import numpy as np
 import pytest
 
-from shardbook import book
+from shardbook import book, coba
 
-coba = book.coba
 tm = coba.timemodel
 N = len(book.devices())
 

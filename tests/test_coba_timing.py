@@ -13,9 +13,8 @@ import re
 
 import pytest
 
-from shardbook import book
+from shardbook import book, coba, hlo
 
-coba = book.coba
 timing = coba.timing
 SCALE = 0.1  # 420 neurons
 # the randomised start is active from its first steps; 3 chunks of 2 ms
@@ -74,15 +73,15 @@ def test_any_custom_call_is_refused_not_only_the_books():
         with pytest.raises(ValueError, match=re.escape(target)):
             coba.timemodel.program_bytes(Compiled(target))
         # the same program read back from the GPU-target cache: refused alike
-        prog = book.hlo.Program(Compiled(target).text, "cpu",
+        prog = hlo.Program(Compiled(target).text, "cpu",
                                 meta={"bytes_accessed": 1.0})
         with pytest.raises(ValueError, match=re.escape(target)):
             coba.timemodel.program_bytes(prog)
     plain = "ENTRY %main (p: f32[4]) -> f32[4] {\n  ROOT %n = f32[4] negate(%p)\n}\n"
     assert coba.timemodel.program_bytes(
-        book.hlo.Program(plain, "cpu", meta={"bytes_accessed": 32.0})) == 32.0
+        hlo.Program(plain, "cpu", meta={"bytes_accessed": 32.0})) == 32.0
     with pytest.raises(ValueError, match="no cost analysis"):  # a GPU target's Program
-        coba.timemodel.program_bytes(book.hlo.Program(plain, "gpu"))
+        coba.timemodel.program_bytes(hlo.Program(plain, "gpu"))
 
 
 def test_the_cost_analysis_of_a_custom_call_is_refused():

@@ -18,9 +18,8 @@ import nbformat
 import pytest
 import shared_compiles as shared
 
-from shardbook import book
+from shardbook import book, coba, expect, train_memory
 
-gt, expect = book.gputarget, book.expect
 ROOT = Path(__file__).resolve().parents[1]
 N = len(book.devices())  # 4 (tests/conftest.py)
 CH2, CH3, FSDP = (book.config(name, 8).asdict() for name in ("ch2", "ch3", "fsdp"))
@@ -29,7 +28,7 @@ RNN3 = {k: CH3[k] for k in ("B", "T", "I", "H", "O")}
 
 def weights(I, H, O, shards=1):  # noqa: E741 (the prose's symbols)
     """P: the RNN's weight bytes on one device (the book's one memory model)."""
-    return int(book.train_memory.predict(I, H, O, 8, 1, hidden_shards=shards).weights)
+    return int(train_memory.predict(I, H, O, 8, 1, hidden_shards=shards).weights)
 
 
 @dataclass
@@ -55,7 +54,7 @@ def _two_d(n):
 
 
 def _coba(neurons):
-    exc, inh = book.coba.sizes(neurons / 4200)
+    exc, inh = coba.sizes(neurons / 4200)
     return lambda n: {"exc": exc, "inh": inh}
 
 
@@ -63,18 +62,18 @@ def _train_memory(n, donate):
     """rnn.train.memory's sizes for chapter 3's RNN split n ways: P, and its premise,
     the temporaries that grow with n (bm.jit not donated, the pure step donated)."""
     c = CH3
-    p = book.train_memory.predict(
+    p = train_memory.predict(
         c["I"], c["H"], c["O"], c["B"], c["T"], hidden_shards=n,
         **({"donate": True, "bm_jit": False} if donate else {}),
     )
-    kept = book.train_memory.kept_temporaries(p)
+    kept = train_memory.kept_temporaries(p)
     return {"P": p.weights, "donated": donate, "kept": kept}
 
 
 def _push_ids(neurons):
     """The push delivery's gathered index buffers: n devices' capacities, E and I."""
-    exc, inh = book.coba.sizes(neurons / 4200)
-    return lambda n: book.coba.push.gathered_ids(exc, inh, n)
+    exc, inh = coba.sizes(neurons / 4200)
+    return lambda n: coba.push.gathered_ids(exc, inh, n)
 
 
 CASES = [
@@ -285,12 +284,12 @@ def test_while_loops_carry_known_trip_counts(cpu_programs, gpu_programs):
     """XLA writes the trip count it proved into each while's backend_config; Program
     reads it on both compilers (issue 19 asserts that no loop lacks one)."""
     for progs in (cpu_programs, gpu_programs):
-        dp, coba = progs["rnn.dp"], progs["coba.step"]
+        dp, coba_step = progs["rnn.dp"], progs["coba.step"]
         assert [(w.phase, w.known_trip_count) for w in dp.whiles] == [
             ("fwd", CH2["T"]),
             ("bwd", CH2["T"]),
         ]
-        assert [w.known_trip_count for w in coba.whiles] == [10]
+        assert [w.known_trip_count for w in coba_step.whiles] == [10]
         assert dp.traffic() == dp.traffic(CH2["T"])
     gpu_dp = gpu_programs["rnn.dp"]
     assert gpu_dp.traffic() == (1, weights(CH2["I"], CH2["H"], CH2["O"]) + 4)
@@ -400,7 +399,7 @@ def test_a_version_without_an_entry_says_so(tmp_path, monkeypatch):
 # it at many sizes); here it bounds the temporaries of this file's own compiles.
 def _bound(p, tm_prediction):
     """The temporaries bound, shardbook's own formula, with the constants ``p``."""
-    return book.train_memory.temporaries_bound(tm_prediction, "cpu", constants=p)
+    return train_memory.temporaries_bound(tm_prediction, "cpu", constants=p)
 
 
 TEMPORARIES = [  # (builder, kwargs, predict() keywords): the compiles of CASES
@@ -424,7 +423,7 @@ def temporaries_measured():
     out = []
     for builder, kwargs, keys in TEMPORARIES:
         sizes = [kwargs[k] for k in ("I", "H", "O", "B", "T")]
-        pred = book.train_memory.predict(*sizes, **keys)
+        pred = train_memory.predict(*sizes, **keys)
         out.append((keys, pred, compiled_here(builder, kwargs).memory))
     return out
 

@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from shardbook import book
+from shardbook import book, explorer, shards
 
-explorer = book.explorer
 N = len(book.devices())
 ROW = re.compile(r"^\s*(\d+)\s+\[([^\]]*)\]\s+\(([^)]*)\)\s+([\d,]+)\s+(\d+)$")
 
@@ -119,7 +118,7 @@ def replicating_explore(shape, mesh, spec):
         np.array(book.devices()[:int(np.prod(list(mesh.values())))]).reshape(
             tuple(mesh.values())), tuple(mesh))
     host = np.zeros(shape, np.float32)
-    return book.shards.shard_table(jax.device_put(host, NamedSharding(jmesh, P())))
+    return shards.shard_table(jax.device_put(host, NamedSharding(jmesh, P())))
 
 
 @pytest.mark.skipif(N < 2, reason="with one device a replicated array is a split one")

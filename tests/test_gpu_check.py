@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from shardbook import book
+from shardbook import child, gpudata
+from shardbook.gpudata import gpu_data, gpu_note
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "lab" / "gpu_check.py"
@@ -68,7 +69,7 @@ def _tiny_notebook(path: Path) -> Path:
 def dry(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_check")
     nb = _tiny_notebook(out / "tiny.ipynb")
-    env = book.child.clean_env({"JAX_PLATFORMS": "cpu"})
+    env = child.clean_env({"JAX_PLATFORMS": "cpu"})
     done = subprocess.run(
         [
             sys.executable,
@@ -89,10 +90,10 @@ def dry(tmp_path_factory):
 
 
 def test_dry_run_writes_the_schema(dry):
-    book.gpudata.validate(dry)
+    gpudata.validate(dry)
     assert dry["dry_run"] is True and dry["provenance"]["platform"] == "cpu"
     assert {k: v["status"] for k, v in dry["phases"].items()} == dict.fromkeys(
-        book.gpudata.PHASES, "ok"
+        gpudata.PHASES, "ok"
     )
     # every step compiled beside its prediction; one device: no collective
     assert {r["name"] for r in dry["compile"]} == {"dp", "fsdp", "coba_1_gpu"}
@@ -131,7 +132,7 @@ def pages(tmp_path_factory):
     bad = _notebook(out / "bad.ipynb", "x = 1", "assert 6 * 7 == 41, 'planted'",
                     "print(x)")
     slow = _notebook(out / "slow.ipynb", "import time\ntime.sleep(300)")
-    env = book.child.clean_env({"JAX_PLATFORMS": "cpu"})
+    env = child.clean_env({"JAX_PLATFORMS": "cpu"})
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--dry-run", "--phases", "notebooks",
          "--suffix", "pages", "--out", str(out), "--notebooks", str(ok), str(bad),
@@ -143,7 +144,7 @@ def pages(tmp_path_factory):
 
 
 def test_every_page_has_its_row(pages):
-    book.gpudata.validate(pages)
+    gpudata.validate(pages)
     rows = {Path(r["path"]).name: r for r in pages["notebooks"]}
     assert list(rows) == ["ok.ipynb", "bad.ipynb", "slow.ipynb", "missing.ipynb"]
     assert {k: r["status"] for k, r in rows.items()} == {
@@ -278,8 +279,8 @@ def test_the_record_says_which_pages_ran_on_a_gpu(pages, tmp_path):
 
 
 def _rejected(data, match):
-    with pytest.raises(book.gpudata.GpuDataError, match=match):
-        book.gpudata.validate(data)
+    with pytest.raises(gpudata.GpuDataError, match=match):
+        gpudata.validate(data)
 
 
 def test_validate_rejects_planted_bad_files(dry):
@@ -302,14 +303,14 @@ def test_validate_rejects_planted_bad_files(dry):
 
 
 def test_load_and_note(dry, tmp_path):
-    assert book.gpudata.load("h200", root=tmp_path) is None
-    assert book.gpudata.note(None) == (
+    assert gpudata.load("h200", root=tmp_path) is None
+    assert gpudata.note(None) == (
         "no real-GPU measurement exists yet: run lab/gpu_check on a GPU"
     )
     # a dry run's file does not belong among the book's data
     (tmp_path / "gpu_h200.json").write_text(json.dumps(dry))
-    with pytest.raises(book.gpudata.GpuDataError, match="dry run"):
-        book.gpudata.load("h200", root=tmp_path)
+    with pytest.raises(gpudata.GpuDataError, match="dry run"):
+        gpudata.load("h200", root=tmp_path)
     as_gpu = copy.deepcopy(dry)
     as_gpu.update(dry_run=False)
     as_gpu["provenance"].update(
@@ -328,25 +329,25 @@ def test_load_and_note(dry, tmp_path):
     for ph in idle["phases"].values():
         ph.update(status="skipped")
     _rejected(idle, "no phase finished")
-    data = book.gpudata.load("NVIDIA H200", root=tmp_path)
-    assert book.gpudata.note(data) == (
+    data = gpudata.load("NVIDIA H200", root=tmp_path)
+    assert gpudata.note(data) == (
         "measured on 1 x NVIDIA H200 (2026-12-01, commit 0123456789ab)"
     )
-    assert book.gpudata.compile_lines(data)[0].startswith("step")
-    assert book.gpudata.record_lines(data)[0] == "## Real-GPU measurements"
-    rows = book.gpudata.coba_rows(data)  # what chapter 4b prints beside its time model
+    assert gpudata.compile_lines(data)[0].startswith("step")
+    assert gpudata.record_lines(data)[0] == "## Real-GPU measurements"
+    rows = gpudata.coba_rows(data)  # what chapter 4b prints beside its time model
     assert rows and all(events > 0 for _, _, _, events, _ in rows)
-    assert len(book.gpudata.coba_lines(data)) == 1 + len(rows)
+    assert len(gpudata.coba_lines(data)) == 1 + len(rows)
 
 
 def test_the_book_reads_the_data_through_the_doorway():
-    data = book.gpu_data("h200")  # None until a GPU run wrote book/data/gpu_h200.json
-    assert data is None or book.gpudata.validate(data)
-    assert book.gpu_note("h200") == book.gpudata.note(data)
+    data = gpu_data("h200")  # None until a GPU run wrote book/data/gpu_h200.json
+    assert data is None or gpudata.validate(data)
+    assert gpu_note("h200") == gpudata.note(data)
 
 
 def test_the_prediction_file():
-    pred = book.gpudata.load_prediction("h200")
+    pred = gpudata.load_prediction("h200")
     assert pred is not None, "run lab/gpu_check --predict"
     assert pred["devices"] == 1 and "H200" in pred["description"]
     assert set(pred["jobs"]) == {
@@ -386,33 +387,33 @@ def test_wheels_are_pinned_and_only_named(monkeypatch, tmp_path):
 def test_the_stored_gpu_run_and_its_verdicts_can_fail():
     """The committed real-GPU file (an H200 run): its compile verdict and allocator cap,
     as chapters 4b and 6 print them; a planted byte or a missing cap changes them."""
-    data = book.gpu_data("h200")
+    data = gpu_data("h200")
     if data is None:
         pytest.skip("no real-GPU run in book/data/")
-    exact, line = book.gpudata.compile_verdict(data)
+    exact, line = gpudata.compile_verdict(data)
     assert exact and "equal to the byte" in line
-    assert book.gpudata.allocator_limit(data) > 0
+    assert gpudata.allocator_limit(data) > 0
     pinned_jax = data["provenance"]["pins"]["jax"]
-    said = book.gpudata.mismatch_text(data)
+    said = gpudata.mismatch_text(data)
     differs = "jax" in data["provenance"]["mismatch"]
     assert (f"(pinned {pinned_jax})" in said) == differs
     planted = copy.deepcopy(data)
     planted["provenance"]["versions"]["jax-cuda13-plugin"] = "9.9.9"
-    assert "jax-cuda13-plugin 9.9.9" in book.gpudata.mismatch_text(planted)
+    assert "jax-cuda13-plugin 9.9.9" in gpudata.mismatch_text(planted)
     planted["provenance"]["dirty"] = True
-    assert book.gpudata.note(planted).endswith(", tree not clean)")
+    assert gpudata.note(planted).endswith(", tree not clean)")
     planted["provenance"]["dirty"] = False
-    assert "not clean" not in book.gpudata.note(planted)
+    assert "not clean" not in gpudata.note(planted)
     planted = copy.deepcopy(data)
     planted["compile"][0]["measured"]["arguments"] += 4  # one float more on the GPU
-    exact, line = book.gpudata.compile_verdict(planted)
+    exact, line = gpudata.compile_verdict(planted)
     assert not exact and "NOT equal" in line
     for row in planted["memory"]:
         row.pop("bytes_limit", None)
-    assert book.gpudata.allocator_limit(planted) is None
+    assert gpudata.allocator_limit(planted) is None
     planted["compile"] = []
-    with pytest.raises(book.gpudata.GpuDataError, match="no step"):
-        book.gpudata.compile_verdict(planted)
+    with pytest.raises(gpudata.GpuDataError, match="no step"):
+        gpudata.compile_verdict(planted)
 
 
 def test_a_data_file_names_no_machines_folders():
@@ -425,6 +426,6 @@ def test_a_data_file_names_no_machines_folders():
     got = mod.scrub(planted, {"/work/book": "<repo>", "/work/book/o": "<out>"})
     assert got == {"error": ['File "<repo>/lab/gpu_check.py"', "--out <out>"]}
     absolute = re.compile(r"(/root/|/work/|/home/|/tmp/|/Users/)")
-    for path in sorted(book.gpudata.DATA_DIR.rglob("gpu_*.json")):
+    for path in sorted(gpudata.DATA_DIR.rglob("gpu_*.json")):
         assert not absolute.search(path.read_text()), path
     assert absolute.search(json.dumps(planted))   # the pattern finds a planted one

@@ -18,9 +18,7 @@ import pyrun  # tests/pyrun.py
 import pytest
 import shared_compiles as shared
 
-from shardbook import book
-
-gt, hlo, expect = book.gputarget, book.hlo, book.expect
+from shardbook import expect, gputarget as gt, hlo
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_WHEELS = gt.wheels_installed()
@@ -104,6 +102,15 @@ def test_the_code_digest_reads_code_not_docstrings():
     found = gt.package_imports("shardbook.gputarget_steps", ast.parse(
         (ROOT / "shardbook" / "gputarget_steps.py").read_text()))
     assert {"shardbook.rnn.model", "shardbook.coba", "shardbook.config"} <= found
+    # a package's __init__ runs before its module: a line of code added to it changes
+    # the digest of a builder that only imports shardbook.rnn.sizes; a comment does not
+    def read(extra):
+        return lambda name: gt.source_of(name) + (extra if name == "shardbook.rnn" else "")
+
+    steps = "shardbook.gputarget_steps"
+    assert gt.code_digest(steps, read("")) == gt.code_digest(steps)
+    assert gt.code_digest(steps, read("# a comment\n")) == gt.code_digest(steps)
+    assert gt.code_digest(steps, read("x = 1\n")) != gt.code_digest(steps)
 
 
 def test_every_stored_program_is_fresh():

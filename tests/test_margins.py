@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from shardbook import book
-
-VERDICT_RE = book.verify.VERDICT_RE
+from shardbook.verify import VERDICT_RE
 
 ROOT = Path(__file__).resolve().parent.parent
 MARGINS = ROOT / "book" / "data" / "tolerance_margins.json"

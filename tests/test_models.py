@@ -13,6 +13,8 @@ import numpy as np
 import pyrun  # tests/pyrun.py
 import pytest
 
+from shardbook import rnn
+
 SCRIPT = textwrap.dedent(
     r"""
     import json, warnings
@@ -21,10 +23,10 @@ SCRIPT = textwrap.dedent(
     import jax, numpy as np
     import brainpy as bp, brainpy.math as bm
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    rnn = book.rnn
+    from shardbook import rnn
     RNN, make_task, make_train_step = rnn.RNN, rnn.make_task, rnn.make_train_step
     train, shard_batch, mesh_shape_2d = rnn.train, rnn.shard_batch, book.mesh_shape_2d
-    max_bytes_per_device = book.shards.max_bytes_per_device
+    from shardbook.shards import max_bytes_per_device
 
     n = jax.device_count()
     B, T, I, H, O = 8, 12, 3, 840, 2
@@ -204,11 +206,10 @@ def test_task_is_deterministic(result):
 
 
 def test_the_bytes_formula():
-    from shardbook import book
 
-    assert book.rnn.weight_count(3, 840, 2) == 845 * 840
-    assert book.rnn.weight_bytes(3, 840, 2, hidden_shards=4) == 4 * 845 * 840 // 4
-    assert book.rnn.grad_bytes(4, 32, 2) == 4 * 38 * 32 + 4
-    assert book.rnn.grad_bytes(4, 32, 2, loss=False) == 4 * 38 * 32
+    assert rnn.weight_count(3, 840, 2) == 845 * 840
+    assert rnn.weight_bytes(3, 840, 2, hidden_shards=4) == 4 * 845 * 840 // 4
+    assert rnn.grad_bytes(4, 32, 2) == 4 * 38 * 32 + 4
+    assert rnn.grad_bytes(4, 32, 2, loss=False) == 4 * 38 * 32
     with pytest.raises(ValueError, match="does not divide the hidden size 841"):
-        book.rnn.weight_bytes(3, 841, 2, hidden_shards=4)
+        rnn.weight_bytes(3, 841, 2, hidden_shards=4)

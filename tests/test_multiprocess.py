@@ -13,9 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from shardbook import book
-
-mp, verify = book.multiprocess, book.verify
+from shardbook import book, child, cluster, coba, multiprocess as mp, rnn, verify
 
 TINY = dict(num_in=4, hidden=8, num_out=2, batch=4, time=5, steps=2)
 
@@ -78,7 +76,7 @@ def test_skipped_steps_are_whole_windows(monkeypatch):
     with pytest.raises(ValueError, match="window=0; record at least one step"):
         mp.skip_chunks(dict(name="x", skip=100, window=0))
     started = []
-    monkeypatch.setattr(book.child, "start", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(child, "start", lambda *a, **k: started.append(a))
     with pytest.raises(ValueError, match="'late'"):  # before any worker starts
         mp.start(coba_nets=[dict(name="late", skip=75, window=50)])
     assert not started
@@ -134,9 +132,9 @@ def test_two_processes_match_one_process(both):
     import brainpy.math as bm
 
     RNN, make_task, make_train_step = (
-        book.rnn.RNN,
-        book.rnn.make_task,
-        book.rnn.make_train_step,
+        rnn.RNN,
+        rnn.make_task,
+        rnn.make_train_step,
     )
     c = {**book.config("ch5a", 4).asdict(), **TINY}  # 2 processes x 2 devices
     with bm.sharding.device_mesh(np.array(book.devices()), ["hidden"]):
@@ -205,9 +203,8 @@ def _rasters(reports, out):
 
 
 def _coba_reference(devices, scale, steps):
-    from shardbook import book
 
-    coba = book.coba
+    from shardbook import coba
     net = coba.build(devices, scale=scale, seed=0)
     out = coba.Simulation(net, record=("spike",)).run(steps)
     return {
@@ -241,7 +238,6 @@ def test_coba_two_processes_bit_identical(both):
 def test_coba_shifted_seed_on_one_process_is_caught(both):
     """Process 1 draws its part of the "rows" network from seed + 1 (a planted bug):
     the gathered window is not the one-process window."""
-    from shardbook import book
 
     reports, out = both
     spec = SHIFTED
@@ -253,7 +249,7 @@ def test_coba_shifted_seed_on_one_process_is_caught(both):
                 _saved(out, spec["name"], r["process_index"]),
                 ref,
             )
-        assert r["coba_nets"][spec["name"]]["fingerprint"] != book.coba.fingerprint(net)
+        assert r["coba_nets"][spec["name"]]["fingerprint"] != coba.fingerprint(net)
 
 
 # -- every graph of chapter 4 across processes, and a checkpoint between them ----------
@@ -283,8 +279,8 @@ def _window(spec):
 
     key = json.dumps([spec["build"], spec["skip"], spec["window"]], sort_keys=True)
     if key not in _REFS:
-        net = book.coba.build(book.devices()[:4], **spec["build"])
-        sim = book.coba.Simulation(net, record=("spike", "V"))
+        net = coba.build(book.devices()[:4], **spec["build"])
+        sim = coba.Simulation(net, record=("spike", "V"))
         for _ in range(mp.skip_chunks(spec)):  # as the workers skip
             sim.run(spec["window"])
         assert sim.t == spec["skip"]
@@ -294,11 +290,10 @@ def _window(spec):
 
 @pytest.mark.parametrize("spec", GRAPHS, ids=[g["name"] for g in GRAPHS])
 def test_every_graph_across_two_processes_equals_one_process(both, spec):
-    from shardbook import book
 
     reports, out = both
     net, ref = _window(spec)
-    assert spec["skip"] * book.coba.DT >= 50 and ref["spike"].sum() > 50
+    assert spec["skip"] * coba.DT >= 50 and ref["spike"].sum() > 50
     name = spec["name"]
     for r in reports:
         verify.identical(
@@ -308,16 +303,15 @@ def test_every_graph_across_two_processes_equals_one_process(both, spec):
             what=f"{name}: 2 processes x 2 devices vs 1 x 4, spikes and V",
         )
         here = r["coba_nets"][name]
-        assert here["fingerprint"] == book.coba.fingerprint(net)  # read from each part
+        assert here["fingerprint"] == coba.fingerprint(net)  # read from each part
         assert here["in_degree"] == {
-            k: dict(v) for k, v in book.coba.in_degree(net).items()
+            k: dict(v) for k, v in coba.in_degree(net).items()
         }
 
 
 def test_a_two_process_checkpoint_restores_in_one_process(both):
     from shardbook import book
-
-    ck = book.coba.checkpoint
+    from shardbook.coba import checkpoint as ck
     reports, out = both
     for spec in GRAPHS:
         name = spec["name"]
@@ -334,15 +328,14 @@ def test_a_two_process_checkpoint_restores_in_one_process(both):
                 after,
                 what=f"{name}: saved by 2 processes, restored on 1 x {k}",
             )
-    with pytest.raises(book.coba.checkpoint.CheckpointMismatch, match="device count"):
+    with pytest.raises(coba.checkpoint.CheckpointMismatch, match="device count"):
         ck.restore(out / "rows_ckpt", book.devices()[:2])
 
 
 # -- the failures a cluster brings (chapter 5c), reproduced with bounded times -----
 def test_a_rank_that_never_starts_ends_the_others_at_the_initialization_timeout():
-    from shardbook import book
 
-    got = book.cluster.missing_rank(initialization_timeout=3, timeout_s=90)
+    got = cluster.missing_rank(initialization_timeout=3, timeout_s=90)
     assert got["returncode"] == -6  # SIGABRT: JAX's fatal error, no
     text = "\n".join(got["stderr"])  # Python exception to catch
     assert "DEADLINE_EXCEEDED" in text and "RegisterTask" in text
@@ -350,9 +343,8 @@ def test_a_rank_that_never_starts_ends_the_others_at_the_initialization_timeout(
 
 
 def test_a_dead_rank_ends_the_survivor_after_the_heartbeat_timeout():
-    from shardbook import book
 
-    got = book.cluster.dead_rank(heartbeat_timeout=4, kill_after_steps=5, timeout_s=120)
+    got = cluster.dead_rank(heartbeat_timeout=4, kill_after_steps=5, timeout_s=120)
     assert got["killed_returncode"] == -9 and got["survivor_steps"] == 5
     # on CPU the next Gloo collective fails at once (the peer's socket is gone) ...
     assert "Gloo" in got["survivor_error"] and got["survivor_error_s_after_kill"] < 3
@@ -364,9 +356,8 @@ def test_a_dead_rank_ends_the_survivor_after_the_heartbeat_timeout():
 
 
 def test_a_shared_compilation_cache_is_written_by_process_0_and_hit_on_rerun():
-    from shardbook import book
 
-    first, second = book.cluster.compilation_cache()["runs"]
+    first, second = cluster.compilation_cache()["runs"]
     assert all(r["returncode"] == 0 for r in first["ranks"] + second["ranks"])
     (r0, r1), (s0, s1) = first["ranks"], second["ranks"]
     assert r0["requests"] == r1["requests"] == 2
@@ -376,9 +367,8 @@ def test_a_shared_compilation_cache_is_written_by_process_0_and_hit_on_rerun():
 
 
 def test_float_sums_depend_on_the_order_integer_counts_do_not():
-    from shardbook import book
 
-    got = book.cluster.summation_orders()
+    got = cluster.summation_orders()
     assert not got["float_identical"] and got["float_targets_differing"] > 0
     assert 0 < got["float_max_rel_diff"] < 1e-5  # the last bits only
     assert got["counts_identical"]

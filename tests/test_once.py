@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from shardbook import book
+from shardbook import book, coba
 
-coba = book.coba
 once = coba.once
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,14 +13,13 @@ from dataclasses import replace
 import jax
 import pytest
 
-from shardbook import book
+from shardbook import book, gputarget, rnn, train_memory as tm
 
-rnn, tm = book.rnn, book.train_memory
 BUILDER = "shardbook.gputarget_steps:rnn_one_gpu"
 
 
 def _temps(**options):
-    program = book.gputarget.compile_here(BUILDER, devices=1, **options)
+    program = gputarget.compile_here(BUILDER, devices=1, **options)
     return program.memory["temporaries"]
 
 

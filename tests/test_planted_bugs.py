@@ -27,10 +27,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import brainpy as bp
 import brainpy.math as bm
 
-from shardbook import book
+from shardbook import book, verify
+from shardbook.rnn import RNN, make_grad_fn, make_task
 
-verify = book.verify
-RNN, make_grad_fn, make_task = book.rnn.RNN, book.rnn.make_grad_fn, book.rnn.make_task
 ROOT = Path(__file__).resolve().parents[1]
 B, T, I, H, O = 16, 12, 3, 32, 2  # noqa: E741  (small sizes: the check, not the model)
 NAMES = ("win", "wrec", "wout")

@@ -16,9 +16,8 @@ from pathlib import Path
 import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
 import pytest
 
-from shardbook import book
+from shardbook import private
 
-private = book.private
 ROOT = Path(__file__).resolve().parents[1]
 
 # Code that names a private part of a library the book does not own.

@@ -21,6 +21,8 @@ import pyrun  # tests/pyrun.py
 import pytest
 from netwatch import check_loopback_only
 
+from shardbook import multiprocess, private, rnn, verify
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
 SBATCH = RECIPES / "slurm_gpu.sbatch"
@@ -124,9 +126,8 @@ def test_mpirun_script():
 # -- what JAX 0.10.2 detects (the recipes' comments must be true)
 # -------------------------
 def _detect(monkeypatch, env):
-    from shardbook import book
 
-    return book.private.detect_cluster(env)
+    return private.detect_cluster(env)
 
 
 CLUSTERS = {
@@ -190,9 +191,8 @@ def test_initialize_kwargs():
 def test_train_rnn_under_fake_slurm(tmp_path):
     """Two processes x 2 CPU devices, with the variables srun sets, on 127.0.0.1
     only."""
-    from shardbook import book
 
-    port = book.multiprocess.free_port()
+    port = multiprocess.free_port()
     ckpt = tmp_path / "ckpt"
     base = {
         k: v
@@ -258,10 +258,9 @@ def test_train_rnn_under_fake_slurm(tmp_path):
 
     import brainpy.math as bm
 
-    from shardbook import book
 
     RNN, make_task, make_train_step = (
-        book.rnn.RNN, book.rnn.make_task, book.rnn.make_train_step
+        rnn.RNN, rnn.make_task, rnn.make_train_step
     )
 
     with bm.sharding.device_mesh(np.array(jax.devices()), ["hidden"]):
@@ -341,9 +340,7 @@ def one_process_coba(scale: float, steps: int) -> dict:
     import jax
     import numpy as np
 
-    from shardbook import book
-
-    coba = book.coba
+    from shardbook import coba
     net = coba.build(jax.devices()[:2], scale=scale, seed=0)
     out = coba.Simulation(net, record=("spike",)).run(steps)
     ref = {pop: np.asarray(out[f"{pop}.spike"]).copy() for pop in ("E", "I")}
@@ -359,11 +356,8 @@ def test_mpirun_two_ranks_coba_on_loopback_equals_one_process(tmp_path):
     loopback (and the JAX coordinator is among them, so the check is not vacuous);
     the spike rasters that the ranks write equal this process's run bit for bit.
     """
-    from shardbook import book
 
-    verify, child_env, free_port = (
-        book.verify, book.multiprocess.child_env, book.multiprocess.free_port
-    )
+    child_env, free_port = multiprocess.child_env, multiprocess.free_port
 
     port = free_port()
     env = child_env(dict(BOOK_COORDINATOR_PORT=str(port), DEVICES_PER_RANK="1"))
@@ -405,16 +399,15 @@ def test_jax_mpi4py_detector_under_mpiexec(tmp_path):
     script = tmp_path / "detect.py"
     script.write_text(
         "import json, socket, sys\n"
-        "from shardbook import book\n"
-        "addr, n, pid, local = book.private.detect_cluster({}, method='mpi4py')\n"
+        "from shardbook import private\n"
+        "addr, n, pid, local = private.detect_cluster({}, method='mpi4py')\n"
         "line = json.dumps(dict(addr=addr, n=n, pid=pid, host=socket.gethostname()))\n"
         # one write: lines never interleave
         "sys.stdout.write('DETECTED ' + line + '\\n')\n"
         "sys.stdout.flush()\n"
     )
-    from shardbook import book
 
-    env = book.multiprocess.child_env(dict(FI_PROVIDER="shm"))
+    env = multiprocess.child_env(dict(FI_PROVIDER="shm"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     r = pyrun.run(
         ["mpiexec.gforker", "-n", "2", sys.executable, str(script)],

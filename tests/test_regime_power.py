@@ -21,10 +21,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from shardbook import book
-from shardbook.coba import taue, we, wi
+from shardbook.coba import regimes as R, taue, we, wi
 
-R = book.coba.regimes
 DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 
 

@@ -37,10 +37,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import brainpy.math as bm
 import brainstate
 
-from shardbook import book
+from shardbook import book, expect, memory, rnn, shards, train_memory as tm, verify
 
 ROOT = Path(__file__).resolve().parents[1]
-rnn, tm, verify = book.rnn, book.train_memory, book.verify
+
 F32_TOL = {"rtol": 1e-4, "atol": 1e-6}  # the chapters' gradient tolerance
 BF16_TAU = 2.0**-4  # 16 u, u = 2^-8 (see the module text)
 SIZES = [(8, 256, 8, 16, 50), (4, 128, 4, 32, 100), (8, 512, 8, 8, 40)]  # I H O B T
@@ -183,9 +183,9 @@ def test_bf16_activations_are_upcast_on_xla_cpu(tmp_path, monkeypatch):
     of the table set to 0 (bf16 halves, as on a GPU), the CPU program fails."""
     size = SIZES[0]
     bf16 = _compiled(size, "bf16")
-    plain = book.memory.compiled_memory(_plain_step(size))["temporaries"]
-    assert book.memory.compiled_memory(bf16)["temporaries"] > plain
-    text = book.expect.TABLE.read_text().replace("bf16_upcast = 1 ", "bf16_upcast = 0 ")
+    plain = memory.compiled_memory(_plain_step(size))["temporaries"]
+    assert memory.compiled_memory(bf16)["temporaries"] > plain
+    text = expect.TABLE.read_text().replace("bf16_upcast = 1 ", "bf16_upcast = 0 ")
     assert "bf16_upcast = 0 " in text
     (tmp_path / "table.toml").write_text(text)
     monkeypatch.setenv("BOOK_EXPECTATIONS", str(tmp_path / "table.toml"))
@@ -199,13 +199,13 @@ def test_the_bound_comes_from_the_table_of_the_programs_compiler():
     assert p.temporaries is None
     with pytest.raises(ValueError, match="no temporaries bound"):
         _ = p.total
-    c = book.expect.parameters("train.temporaries", "cpu")
+    c = expect.parameters("train.temporaries", "cpu")
     bound = tm.temporaries_bound(p, "cpu")
     assert bound == c["slack"] * p.activations + c["small_buffers"]
     assert _predict(*size, {}).temporaries == bound  # XLA:CPU's, by default
     tm.check(p, _plain_step(size), temporaries=True)  # the program's compiler
     assert tm.compiler_of(_plain_step(size)) == "cpu"
-    with pytest.raises(book.expect.ExpectationMissing, match="gpu"):
+    with pytest.raises(expect.ExpectationMissing, match="gpu"):
         tm.temporaries_bound(p, "gpu")
 
 
@@ -357,7 +357,7 @@ def test_brainstate_shard_map_equals_the_bm_sharding_model(one_device, hidden):
     verify.close("test.rnn.brainstate.grads", got, propagation, **F32_TOL)
     verify.close("test.rnn.brainstate.grads", got, want, **F32_TOL)  # one device
     for k, g in got.items():  # split like the weight states
-        book.shards.check_sharding(g, rnn.hidden_specs()[k])
+        shards.check_sharding(g, rnn.hidden_specs()[k])
     assert model.h.value.sharding.spec == P(None, "hidden")  # the state stays split
     bad, _ = rnn.stateful_grad_fn(model, gather=False)(xs, ys)  # the planted bug
     with pytest.raises(AssertionError, match="NOT equal"):

@@ -10,10 +10,9 @@ import pyrun  # tests/pyrun.py
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from shardbook import book
+from shardbook import book, coba, hlo, memory, shards
 
 DeviceSetupError, setup_devices = book.DeviceSetupError, book.setup_devices
-hlo, memory, shards = book.hlo, book.memory, book.shards
 
 N = jax.device_count()
 
@@ -141,7 +140,7 @@ def test_the_time_models_counts_are_read_by_the_one_reader():
     loop = prog.time_loop()
     assert loop.known_trip_count == 10 and loop.body == "body"
     assert prog.body_ops(loop).count("fusion") == 5
-    got = book.coba.timemodel.census_counts(prog.text)
+    got = coba.timemodel.census_counts(prog.text)
     # five fusions are one CUDA graph; the all-gather and each inner while launch alone;
     # only the unbounded while waits on the host
     assert got == dict(kernels=8, launches=4, collectives=1, host_syncs=1)
@@ -238,7 +237,7 @@ def test_plots_run(mesh):
     import matplotlib
 
     matplotlib.use("Agg")
-    plotting = book.plotting
+    from shardbook import plotting
     x = jax.device_put(jnp.ones((8, 4, 12)), NamedSharding(mesh, P("x", None, None)))
     assert plotting.owner_map(x, 0)[0] == [0] and len(plotting.owner_map(x, 1)[0]) == 4
     plotting.plot_axis_ownership(x, ["batch", "time", "neuron"])
@@ -294,7 +293,7 @@ def test_byte_axis_ticks_are_round_powers_of_ten():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plotting = book.plotting
+    from shardbook import plotting
     assert plotting.round_bytes(1e4) == "10 kB" and plotting.round_bytes(1e6) == "1 MB"
     assert plotting.round_bytes(100) == "100 B"
     ax = plotting.plot_bytes_vs_devices(
@@ -347,13 +346,13 @@ def test_device_memory_stats_says_what_each_platform_keeps():
         def memory_stats(self):
             return self.stats
 
-    assert book.memory.device_memory_stats(book.devices()) is None  # XLA:CPU here
+    assert memory.device_memory_stats(book.devices()) is None  # XLA:CPU here
     gpu = [Dev("gpu", {"bytes_in_use": 0})]
-    assert book.memory.device_memory_stats(gpu) == [{"bytes_in_use": 0}]
+    assert memory.device_memory_stats(gpu) == [{"bytes_in_use": 0}]
     with pytest.raises(AssertionError, match="keep no memory statistics"):
-        book.memory.device_memory_stats([Dev("gpu", None)])  # planted: a silent skip
+        memory.device_memory_stats([Dev("gpu", None)])  # planted: a silent skip
     with pytest.raises(AssertionError, match="keep memory statistics"):
-        book.memory.device_memory_stats([Dev("cpu", {"bytes_in_use": 0})])
+        memory.device_memory_stats([Dev("cpu", {"bytes_in_use": 0})])
 
 
 def test_hlo_reads_each_replica_group_form_and_the_bytes_sent():
@@ -361,7 +360,6 @@ def test_hlo_reads_each_replica_group_form_and_the_bytes_sent():
     sends on a ring of that group (hardware.sent_per_call).  Planted: reading every
     collective as spanning all devices would charge the 2-D mesh's batch all-reduce
     over 2 devices as over 8."""
-    from shardbook import book
 
     text = """HloModule m, num_partitions=8
 ENTRY %main (p: f32[8]) -> f32[8] {
@@ -373,7 +371,7 @@ ENTRY %main (p: f32[8]) -> f32[8] {
 }"""
     prog = hlo.Program(text, "cpu")
     assert [c.group for c in prog.collectives] == [2, 4, 8, None, 8]
-    hw = book.hardware
+    from shardbook import hardware as hw
     sent = hw.sent_per_call(prog)
     assert sent == (2 * 1 / 2 * 400 + 3 / 4 * 400 + 7 * 40 + 32 + 2 * 7 / 8 * 16)
     everywhere = sum(hw.ring_sent_bytes(c.op, c.nbytes, prog.devices)

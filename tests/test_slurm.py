@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 from netwatch import check_loopback_only
 
+from shardbook import multiprocess, verify
+
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "recipes" / "slurm_local_cluster.sh"
 
@@ -57,11 +59,8 @@ def _rank_pids(marker: str) -> list[int]:
 
 
 def test_srun_two_tasks_coba_equals_one_process(tmp_path):
-    from shardbook import book
 
-    verify, child_env, free_port = (
-        book.verify, book.multiprocess.child_env, book.multiprocess.free_port
-    )
+    child_env, free_port = multiprocess.child_env, multiprocess.free_port
 
     state = tmp_path / "slurm"
     up = subprocess.run(

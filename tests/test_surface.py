@@ -1,14 +1,16 @@
-"""One doorway: notebooks, tests, scripts and recipes reach ``shardbook`` only through
-``shardbook.book`` and the names it declares public.
+"""Plain imports of public names: notebooks, tests, scripts and recipes reach
+``shardbook`` only through names a reader can follow to their definition.
 
-* ``shardbook`` is imported only as ``from shardbook import book`` (or
-  ``from shardbook.book import NAME`` with NAME in ``book.__all__``, or, as a plain
-  import a reader can follow, ``from shardbook.MODULE import NAME`` where MODULE is one
-  of ``book``'s modules and NAME is in that module's ``__all__``);
-* every attribute read from ``book`` is in ``book.__all__``, and every attribute read
-  from one of its helper modules is in that module's ``__all__``.
+* ``from shardbook import book`` (device setup, chapter sizes, source regions), or
+  ``from shardbook.book import NAME`` with NAME in ``book.__all__``;
+* ``from shardbook import MODULE`` with MODULE one of the helper modules of
+  ``book.MODULES``, or ``from shardbook.MODULE import NAME`` (also from a module inside
+  one, such as ``shardbook.coba.regimes``) with NAME in that module's ``__all__``;
+* every attribute read from such a module is in its ``__all__``; nothing is read from
+  ``book`` that ``book.__all__`` does not name.
 
-The package's own modules import each other freely; the child processes started with
+No module of ``shardbook`` answers a missing name with ``__getattr__``.  The package's
+own modules import each other freely; the child processes started with
 ``python -m shardbook.X`` are entry points, not imports.
 """
 
@@ -22,8 +24,7 @@ import pytest
 from shardbook import book
 
 ROOT = Path(__file__).resolve().parents[1]
-# Files not yet moved onto the doorway (issue 18); emptied when they are.
-NOT_YET_MIGRATED: set[str] = set()  # every file is on the doorway
+NOT_YET_MIGRATED: set[str] = set()  # files exempt from the rule: none
 
 
 def _notebook_code(path: Path) -> str:
@@ -55,17 +56,19 @@ def _public(module) -> set:
     return set(getattr(module, "__all__", ()))
 
 
-def _doorway_module(dotted: str):
-    """The module of ``book.__all__`` that ``shardbook.X`` names, or None."""
-    head, _, rest = dotted.partition(".")
-    if head != "shardbook" or not rest or "." in rest or rest not in book.__all__:
+def _helper(dotted: str):
+    """The helper module ``shardbook.X[.Y]`` names (X in ``book.MODULES``), or None."""
+    parts = dotted.split(".")
+    if parts[0] != "shardbook" or len(parts) < 2 or parts[1] not in book.MODULES:
         return None
-    value = getattr(book, rest)
-    return value if isinstance(value, type(book)) else None
+    try:
+        return importlib.import_module(dotted)
+    except ImportError:
+        return None
 
 
 def surface_violations(name: str, text: str) -> list[str]:
-    """What in ``text`` reaches shardbook other than through the doorway."""
+    """What in ``text`` reaches shardbook other than by a public name."""
     try:
         tree = ast.parse(text)
     except SyntaxError as e:
@@ -75,8 +78,7 @@ def surface_violations(name: str, text: str) -> list[str]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == "shardbook" or alias.name.startswith("shardbook."):
-                    if alias.name != "shardbook.book":
-                        bad.append(f"{name}:{node.lineno}: import {alias.name}")
+                    bad.append(f"{name}:{node.lineno}: import {alias.name}")
         elif (
             isinstance(node, ast.ImportFrom)
             and node.module
@@ -86,14 +88,14 @@ def surface_violations(name: str, text: str) -> list[str]:
                 local = alias.asname or alias.name
                 if node.module == "shardbook" and alias.name == "book":
                     bound[local] = book
+                elif node.module == "shardbook" and alias.name in book.MODULES:
+                    bound[local] = importlib.import_module(f"shardbook.{alias.name}")
                 elif node.module == "shardbook.book" and alias.name in book.__all__:
-                    value = getattr(book, alias.name)
-                    if isinstance(value, type(book)):
-                        bound[local] = value
-                elif _doorway_module(node.module) is not None and alias.name in _public(
-                    _doorway_module(node.module)
+                    pass
+                elif _helper(node.module) is not None and alias.name in _public(
+                    _helper(node.module)
                 ):
-                    value = getattr(_doorway_module(node.module), alias.name)
+                    value = getattr(_helper(node.module), alias.name)
                     if isinstance(value, type(book)):
                         bound[local] = value
                 else:
@@ -112,51 +114,45 @@ def surface_violations(name: str, text: str) -> list[str]:
                     f"{name}:{node.lineno}: {node.value.id}.{node.attr} is not in "
                     f"{module.__name__}.__all__"
                 )
-        elif (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Attribute)
-            and isinstance(node.value.value, ast.Name)
-            and bound.get(node.value.value.id) is book
-            and node.value.attr in book.__all__
-        ):
-            value = getattr(book, node.value.attr)
-            if isinstance(value, type(book)) and node.attr not in _public(value):
-                bad.append(
-                    f"{name}:{node.lineno}: book.{node.value.attr}.{node.attr} is "
-                    f"not in {value.__name__}.__all__"
-                )
     return bad
 
 
 def test_every_helper_module_declares_its_public_names():
-    for name in book.__all__:
-        value = getattr(book, name)
-        if isinstance(value, type(book)):
-            assert _public(value), f"shardbook.{name} has no __all__"
-            for public in _public(value):
-                assert hasattr(value, public), (
-                    f"{name}.__all__ names missing {public!r}"
-                )
+    for name in book.MODULES:
+        value = importlib.import_module(f"shardbook.{name}")
+        assert _public(value), f"shardbook.{name} has no __all__"
+        for public in _public(value):
+            assert hasattr(value, public), f"{name}.__all__ names missing {public!r}"
 
 
-def test_nothing_reaches_around_the_doorway():
+def test_no_module_answers_a_missing_name():
+    """No ``__getattr__`` at module level anywhere in shardbook/: every name a page
+    uses is defined where an editor finds it."""
+    found = []
+    for path in sorted((ROOT / "shardbook").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, found
+
+
+def test_everything_is_reached_by_a_public_name():
     bad = []
     for name, text in _sources():
         bad += surface_violations(name, text)
-    assert not bad, "reaches shardbook around shardbook.book:\n" + "\n".join(bad)
+    assert not bad, "reaches shardbook other than by a public name:\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize(
     "planted, found",
     [
-        ("from shardbook import hlo", "from shardbook import hlo"),
+        ("from shardbook import gputarget_steps", "import gputarget_steps"),
         ("import shardbook.coba", "import shardbook.coba"),
-        ("from shardbook import book\nbook.coba._leaf(1)", "book.coba._leaf"),
+        ("from shardbook import coba\ncoba._leaf(1)", "coba._leaf"),
         ("from shardbook import book\nbook.nothing", "book.nothing"),
-        (
-            "from shardbook.book import shards\nshards.as_jax_private(1)",
-            "shards.as_jax_private",
-        ),
+        ("from shardbook import shards\nshards.as_jax_private(1)", "as_jax_priv"),
+        ("from shardbook.hlo import _parse", "from shardbook.hlo import _parse"),
+        ("from shardbook.coba import regimes\nregimes._x", "regimes._x"),
     ],
 )
 def test_the_surface_test_catches_a_planted_reach(planted, found):

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from shardbook import book
+from shardbook import book, traces
+from shardbook.hlo import Program
 
-traces = book.traces
 N = len(book.devices())
 
 
@@ -30,7 +30,7 @@ def traced(tmp_path_factory):
     compiled(x, w).block_until_ready()
     path = traces.record(compiled, x, w, steps=2, log_dir=tmp_path_factory.mktemp("t"))
     other = jax.jit(lambda a: 2 * a).lower(x).compile()  # no collective
-    return path, book.Program(compiled), book.Program(other)
+    return path, Program(compiled), Program(other)
 
 
 def test_the_trace_holds_what_the_program_launches(traced):
@@ -129,7 +129,7 @@ PROGRAM = hlo("ROOT %all-reduce.1 = f32[4]{0} all-reduce(%fusion), to_apply=%add
 
 def test_the_share_is_read_from_the_durations():
     profile = jax.profiler.ProfileData.from_text_proto(XSPACE)
-    trace = traces.from_profile(profile, book.Program(PROGRAM, "cpu"))
+    trace = traces.from_profile(profile, Program(PROGRAM, "cpu"))
     names = [e.name for e in trace.events]
     assert names == ["all-reduce.1", "fusion"]  # Rendezvous: not an instruction
     assert trace.share() == pytest.approx(0.75)
@@ -170,7 +170,7 @@ GPU_PROGRAM = hlo(
 
 def test_a_gpu_device_plane_is_read_through_the_hlo_op_stat():
     profile = jax.profiler.ProfileData.from_text_proto(GPU_XSPACE)
-    trace = traces.from_profile(profile, book.Program(GPU_PROGRAM, "gpu"))
+    trace = traces.from_profile(profile, Program(GPU_PROGRAM, "gpu"))
     # the kernels' events, by their hlo_op stat; the last event has none and its name
     # ("fusion") is an instruction, so it counts too; the host plane is not read
     assert [(e.name, e.plane) for e in trace.events] == [

@@ -15,10 +15,9 @@ import pytest
 
 import brainpy.math as bm
 
-from shardbook import book
+from shardbook import book, expect, rnn, train_memory as tm
+from shardbook.memory import compiled_memory
 
-tm, rnn = book.train_memory, book.rnn
-compiled_memory = book.memory.compiled_memory
 RNN, make_task, make_train_step, shard_batch = (
     rnn.RNN,
     rnn.make_task,
@@ -174,7 +173,7 @@ def test_a_changed_table_entry_changes_the_check(tmp_path, monkeypatch):
         return tm.predict(I, H, O, B, T, hidden_shards=4, donate=True, bm_jit=False)
 
     tm.check(predicted(), compiled)
-    text = book.expect.TABLE.read_text()
+    text = expect.TABLE.read_text()
     assert "donated_grads = 2 " in text
     (tmp_path / "t.toml").write_text(
         text.replace("donated_grads = 2 ", "donated_grads = 0 ")

@@ -6,9 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from shardbook import book
-
-verify = book.verify
+from shardbook import verify
 
 
 def test_close_passes_within_and_fails_outside_the_tolerance():

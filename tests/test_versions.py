@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shardbook import book
+from shardbook import book, gputarget
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -93,11 +93,11 @@ def test_gpu_pins_follow_the_jax_version():
         for ln in (ROOT / "ci/requirements-gpu-target.txt").read_text().splitlines()
         if ln and not ln.startswith("#")
     ]
-    assert list(book.gputarget.PINS) == wanted, "shardbook.gputarget.PINS"
+    assert list(gputarget.PINS) == wanted, "shardbook.gputarget.PINS"
 
 
 def test_private_guards_follow_requirements():
-    p = book.private
+    from shardbook import private as p
     assert p.PINNED_JAX == PINS["jax"]
     assert p.PINNED_ORBAX == PINS["orbax-checkpoint"]
     assert p.PINNED_BRAINSTATE == PINS["brainstate"]

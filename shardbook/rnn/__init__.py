@@ -16,45 +16,61 @@ Four modules, whose imports point one way (``sizes`` <- ``pure`` <- ``stateful``
 * :mod:`.stateful`: chapter 3's hidden split with brainstate states and
   ``brainstate.transform.shard_map``.
 
-Names load on first use, so ``from shardbook.rnn import weight_count`` starts neither
-JAX nor BrainPy.  Import the others after :func:`shardbook.setup_devices`.
+Importing the package imports the BrainPy model, so import it after
+:func:`shardbook.book.setup_devices`; ``from shardbook.rnn.sizes import weight_count``
+alone starts neither JAX nor BrainPy.
 """
 from __future__ import annotations
 
-import importlib
+from . import model, pure, sizes, stateful
+from .model import (
+    RNN,
+    make_grad_fn,
+    make_loss_fn,
+    make_task,
+    make_train_step,
+    params_of,
+    settle_layouts,
+    shard_batch,
+    train,
+)
+from .pure import (
+    WHOLE,
+    CollectiveMatmul,
+    HiddenSplit,
+    Recurrence,
+    adam_init,
+    adam_update,
+    cell,
+    explicit_grad_fn,
+    explicit_hidden_loss,
+    fsdp_grad_fn,
+    fsdp_loss,
+    fsdp_specs,
+    fsdp_train_step,
+    functional_step,
+    grad_fn,
+    hidden_specs,
+    loss,
+    own_block_only,
+    value_and_grad,
+)
+from .sizes import grad_bytes, weight_bytes, weight_count
+from .stateful import StateRNN, StateSplit, stateful_grad_fn
 
-_WHERE = {
+__all__ = [
     # sizes (no JAX)
-    "weight_count": "sizes", "weight_bytes": "sizes", "grad_bytes": "sizes",
+    "weight_count", "weight_bytes", "grad_bytes",
     # the BrainPy model
-    "RNN": "model", "make_task": "model", "make_loss_fn": "model",
-    "make_grad_fn": "model", "make_train_step": "model", "train": "model",
-    "shard_batch": "model", "params_of": "model", "settle_layouts": "model",
+    "RNN", "make_task", "make_loss_fn", "make_grad_fn", "make_train_step", "train",
+    "shard_batch", "params_of", "settle_layouts",
     # pure JAX
-    "Recurrence": "pure", "WHOLE": "pure", "HiddenSplit": "pure",
-    "CollectiveMatmul": "pure", "cell": "pure", "loss": "pure",
-    "value_and_grad": "pure",
-    "adam_init": "pure", "adam_update": "pure", "functional_step": "pure",
-    "grad_fn": "pure", "fsdp_specs": "pure", "fsdp_loss": "pure",
-    "fsdp_grad_fn": "pure", "fsdp_train_step": "pure", "hidden_specs": "pure",
-    "explicit_hidden_loss": "pure", "explicit_grad_fn": "pure",
-    "own_block_only": "pure",
+    "Recurrence", "WHOLE", "HiddenSplit", "CollectiveMatmul", "cell", "loss",
+    "value_and_grad", "adam_init", "adam_update", "functional_step", "grad_fn",
+    "fsdp_specs", "fsdp_loss", "fsdp_grad_fn", "fsdp_train_step", "hidden_specs",
+    "explicit_hidden_loss", "explicit_grad_fn", "own_block_only",
     # brainstate
-    "StateRNN": "stateful", "StateSplit": "stateful", "stateful_grad_fn": "stateful",
-}
-
-__all__ = [*_WHERE, "sizes", "model", "pure", "stateful"]
-
-
-def __getattr__(name: str):
-    if name in ("sizes", "model", "pure", "stateful"):
-        return importlib.import_module(f"{__name__}.{name}")
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"shardbook.rnn has no public name {name!r}")
-
-
-def __dir__():
-    return list(__all__)
+    "StateRNN", "StateSplit", "stateful_grad_fn",
+    # the modules
+    "sizes", "model", "pure", "stateful",
+]
