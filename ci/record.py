@@ -109,8 +109,6 @@ def times_table(junit_dir: Path) -> list[str]:
 
 def gpu_lines() -> list[str]:
     """What a real GPU measured (``lab/gpu_check``'s data file), or that nothing has."""
-    sys.path.insert(0, str(ROOT))
-
     return gpudata.record_lines(gpu_data("h200"))
 
 

@@ -4,7 +4,7 @@ The pages (2c, 3c, 4b, 5c, 6, 7) and the tests read these programs with
 ``shardbook.gputarget.programs``; they compile nothing when the store is fresh.  A
 stored program is stale when the code its builder runs, the pinned wheels, the
 target's spec or the GPU flags changed (``shardbook.gputarget.made_from``);
-``tests/test_gpu_programs.py`` then fails and names this command.
+``tests/test_gputarget.py`` then fails and names this command.
 
     python lab/gpu_programs.py                 recompile the stale programs
     python lab/gpu_programs.py --all           recompile every stored program

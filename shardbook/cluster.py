@@ -239,6 +239,10 @@ def _report(**kw):
 
 
 def worker(rank: int, port: int, processes: int, mode: str, opts: dict) -> int:
+    """One rank of a reproduced cluster failure (``mode``: init, loop or cache).
+
+    Long because: each mode is a few lines of one rank's life (start, then hang, die or
+    compile), and the page reads them as the one script a real rank would run."""
     import jax
 
     jax.config.update("jax_num_cpu_devices", 1)

@@ -135,6 +135,9 @@ def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True,
 
     ``probe`` (for tests) replaces the function that lists what JAX found: it returns
     ``(the default backend's devices, the CPU devices or None)``.
+
+    Long because: each way the setup can go wrong (too late, too few devices, one
+    accelerator) is checked where it happens and named in its error.
     """
     import jax
 

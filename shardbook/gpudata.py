@@ -69,7 +69,11 @@ def _number(x) -> bool:
 
 def validate(data: dict) -> dict:
     """Check a ``lab/gpu_check`` data file; return it, or raise :class:`GpuDataError`
-    naming every problem."""
+    naming every problem.
+
+    Long because: one check per field of the file, in the file's order, so that an error
+    names every problem at once.
+    """
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise GpuDataError(f"not a {SCHEMA} file (schema={got!r})")
@@ -189,13 +193,13 @@ def note(data: dict | None) -> str:
 
 
 def gpu_data(device: str = "h200") -> dict | None:
-    """``book.gpu_data()``: the GPU run's data for ``device`` from ``book/data/``, or
+    """``gpu_data()``: the GPU run's data for ``device`` from ``book/data/``, or
     ``None`` when no GPU run has written one."""
     return load(device)
 
 
 def gpu_note(device: str = "h200") -> str:
-    """``book.gpu_note()``: :func:`note` of :func:`gpu_data`."""
+    """``gpu_note()``: :func:`note` of :func:`gpu_data`."""
     return note(load(device))
 
 

@@ -50,11 +50,11 @@ from pathlib import Path
 from . import child
 
 __all__ = [
-    "PINS", "REFRESH", "STORE_DIR", "TARGETS", "GpuTargetError", "Pending", "Target",
-    "code_digest", "code_text", "compile_here", "compile_jobs", "device_info",
-    "install", "job_key", "made_from", "normal_job", "package_imports", "programs",
-    "source_of", "spec_text", "start_jobs", "store", "stored", "target_dir",
-    "wheels_installed",
+    "PINS", "REFRESH", "STORE_DIR", "TARGETS", "TRACED_BY", "GpuTargetError",
+    "Pending", "Target", "code_digest", "code_text", "compile_here", "compile_jobs",
+    "device_info", "install", "job_key", "made_from", "normal_job", "package_imports",
+    "programs", "source_of", "spec_text", "start_jobs", "store", "stored",
+    "target_dir", "wheels_installed",
 ]
 
 # The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; tested).
@@ -371,7 +371,7 @@ class Pending:
 # the digest of the *code* its builder runs (:func:`code_digest`: the package modules
 # it imports, their docstrings and comments left out), the pinned wheels, the target's
 # spec, the GPU flags.  A stored program whose inputs changed is stale:
-# ``tests/test_gpu_programs.py`` fails and names the command that refreshes it, and
+# ``tests/test_gputarget.py`` fails and names the command that refreshes it, and
 # :func:`programs` compiles it anew in this process's child, with a warning (which
 # strict nbval shows as a changed output).  Editing a docstring changes nothing.
 STORE_DIR = Path(__file__).resolve().parent.parent / "book" / "data" / "gpu_programs"
@@ -484,19 +484,32 @@ def _gpu_flags() -> list[str]:
             if not f.startswith(("--xla_cpu_", "--xla_force_host_platform"))]
 
 
+# The installed packages a builder's program depends on besides the book's own code
+TRACED_BY = ("jax", "jaxlib", "brainpy", "brainstate", "brainevent")
+
+
+def _versions() -> str:
+    from importlib import metadata
+
+    return " ".join(f"{p}=={metadata.version(p)}" for p in TRACED_BY)
+
+
 def made_from(job: dict) -> dict:
-    """What a compile of ``job`` depends on, as a stored program records it."""
+    """What a compile of ``job`` depends on, as a stored program records it: the code
+    its builder runs, the installed JAX and BrainPy family (:data:`TRACED_BY`), the
+    pinned wheels, the GPU flags and the target's spec."""
     job = normal_job(job)
     target = job["target"]
     return {"code": code_digest(job["builder"].partition(":")[0]),
-            "wheels": _stamp_text(), "flags": " ".join(_gpu_flags()),
+            "versions": _versions(), "wheels": _stamp_text(),
+            "flags": " ".join(_gpu_flags()),
             "spec": "" if target == "cpu" else
             hashlib.sha256(spec_text(target).encode()).hexdigest()[:16]}
 
 
 def stored(job: dict, folder=None) -> dict | None:
     """The stored answer of ``job``, or None; ``"stale"`` in its meta when the code,
-    wheels, spec or flags it was made from are not those of this tree."""
+    versions, wheels, spec or flags it was made from are not those of this tree."""
     f = Path(folder or STORE_DIR) / f"{job_key(job)}.json.gz"
     if not f.exists():
         return None

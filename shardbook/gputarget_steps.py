@@ -299,6 +299,9 @@ def coba_hh(
     ``conn``: the delivery (``"index"``, ``"event"``, ``"push"``); for the CSR
     deliveries the per-device sizes their code keeps (buffer capacities, block sizes)
     are recomputed at the size asked for (:func:`_resize_deliveries`).
+
+    Long because: the network is built small and traced at the target's size, with its
+    shardings pointed at the target's mesh; the steps must stay in that order.
     """
     from . import coba
 

@@ -252,6 +252,10 @@ class Program:
 
     # ------------------------------------------------------------------ reading
     def _parse(self, text: str) -> None:
+        """Read ``text`` once: collectives, loops, custom calls, constants, calls.
+
+        Long because: one pass over the program's text, line by line, reads every kind
+        of instruction the book counts; split, the text would be read once per kind."""
         calls: dict[str, set[str]] = {}
         ops_of: dict[str, list[str]] = {}  # each computation's opcodes, in order
         custom_calls: set[str] = set()

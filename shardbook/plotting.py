@@ -39,6 +39,9 @@ def plot_axis_ownership(
     device holds all of this axis, perhaps a different slice of the others); where
     devices hold identical copies of a block (replication), it is hatched grey and
     says "copies".
+
+    Long because: one figure, drawn bar by bar, with its three cases (split, whole,
+    copies) side by side.
     """
     import matplotlib.pyplot as plt
 

@@ -73,8 +73,8 @@ def test_stored_jobs_need_no_wheels(tmp_path):
 
 
 def test_the_stored_file_records_what_it_was_made_from(tmp_path, monkeypatch):
-    """A stored program is stale when its code, flags, wheels or spec change, and
-    only then: a docstring or the portability gate's ISA changes nothing."""
+    """A stored program is stale when its code, versions, flags, wheels or spec
+    change, and only then: a docstring or the portability gate's ISA changes nothing."""
     job = {"builder": B + "tiny_data_parallel", "kwargs": {}}
     program = gt.compile_here(job["builder"], devices=1)
     gt.store(job, program.to_json(), tmp_path)
@@ -86,6 +86,12 @@ def test_the_stored_file_records_what_it_was_made_from(tmp_path, monkeypatch):
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.setattr(gt, "code_digest", lambda module: "an edited package")
     assert gt.stored(job, tmp_path)["meta"]["stale"] == ["code"]
+    monkeypatch.undo()
+    from importlib import metadata  # a BrainPy upgrade (./ci/lock) makes it stale too
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version",
+                        lambda p: "9.9.9" if p == "brainpy" else real(p))
+    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["versions"]
 
 
 def test_the_code_digest_reads_code_not_docstrings():

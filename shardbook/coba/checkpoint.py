@@ -156,6 +156,10 @@ def restore(directory, devices=None, step: int | None = None, into=None, record=
     fingerprint against the saved one, and loads the state, the counters and the key,
     each device reading only its own part.  ``record``: what the new simulation
     records (default: what the saved one did).  Raises :class:`CheckpointMismatch`.
+
+    Long because: the steps must run in this order on one network (build, check the
+    fingerprint, place each array, read each device's part); split, the order would be a
+    convention between functions.
     """
     import orbax.checkpoint as ocp
     from jax.sharding import NamedSharding, PartitionSpec as P

@@ -133,6 +133,9 @@ def predict(
     ``spike_capacity`` of each device's neurons: :func:`gathered_bytes`);
     ``peak`` = arguments + outputs + temporaries, matched against
     :func:`compiled_stats`'s peak within :func:`peak_tolerance`.
+
+    Long because: one line per category of bytes, each next to the next, so that the
+    ledger reads as the table chapter 4 prints.
     """
     if platform not in TEMPORARIES:
         raise ValueError(

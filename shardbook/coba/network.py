@@ -138,6 +138,11 @@ class FixedInDegree(bp.dnn.Layer):
 
     def __init__(self, sources, n_pre, weight, kind="index", as_variable=True, seed=0,
                  padded=False, rows=None, spike_capacity=SPIKE_CAPACITY, kernel="auto"):
+        """A projection's synapses as ``kind`` stores them, split over the devices.
+
+        Long because: one branch per stored form of the synapses (index matrix, mask,
+        CSR, event CSR, push); each is short, and together they are the forms chapter 4
+        compares."""
         super().__init__()
         push = dict(fraction=spike_capacity, kernel=kernel)
         # (n_post, k, key): an event CSR drawn by row in each block
@@ -294,6 +299,11 @@ class COBAHH(bp.DynSysGroup):
         kernel="auto",
         dt=DT,
     ):
+        """The benchmark network at ``scale``, with the arguments :func:`build` takes.
+
+        Long because: the network is built in the order the benchmark defines it
+        (populations, start, graph, projections, kick), and every argument of
+        :func:`build` is checked here, once."""
         if conn is None:
             conn = DEFAULT_CONN if as_variable and layout == "separate" else "index"
         config = _config(dict(locals()))  # every argument, before anything else

@@ -140,6 +140,9 @@ def delivery_functions(sources: np.ndarray, devices, kinds=DELIVERIES,
     ``f`` takes ``bool[T, n]`` split along neurons, runs ``T`` steps of exchange and
     delivery in a ``lax.scan``, and returns the counts summed over the steps (float32,
     exact), split along neurons: the same array for every kind.
+
+    Long because: the deliveries share one graph, mesh and capacity, set up once above
+    them; each delivery is a few lines.
     """
     k, n = sources.shape
     mesh = jax.sharding.Mesh(np.asarray(devices), (NEURON,))
