@@ -172,3 +172,18 @@ def test_a_module_listed_public_can_be_imported():
         "expect",
     ):
         importlib.import_module(f"shardbook.{name}")
+
+
+def test_no_page_imports_lab():
+    """lab/ writes book/data/; the pages read the data, never the scripts."""
+    scripts = {p.stem for p in (ROOT / "lab").glob("*.py")}
+    found = []
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        for node in ast.walk(ast.parse(_notebook_code(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [])
+            found += [f"{path.name}: {n}" for n in names
+                      if n.split(".")[0] in scripts | {"lab"}]
+    assert not found, found
+    assert scripts, "lab/ has no scripts"
