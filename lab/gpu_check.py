@@ -45,10 +45,10 @@ On the lent GPU machine (no package index; Python 3.12, JAX 0.11.2 with CUDA 13)
 here, ``lab/gpu_check --wheels .whl`` (about 23 MiB; ``.whl/`` is ignored by git), then
 with ``.whl`` carried run::
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-        .whl/*.whl && PYTHONPATH=/tmp/site:$PWD lab/gpu_check --commit "$(cat
-        .whl/COMMIT)" --phases timing,notebooks --suffix pages --budget 360 \
-        --neurons 4200 120000 1000000 --out $OUT
+    site=$(mktemp -d) && python3 -m pip install -q --no-index --no-deps \
+        --no-compile --target "$site" .whl/*.whl && PYTHONPATH="$site:$PWD" \
+        lab/gpu_check --commit "$(cat .whl/COMMIT)" --phases timing,notebooks \
+        --suffix pages --budget 360 --neurons 4200 120000 1000000 --out $OUT
 
 and commit the ``gpu_<device>_pages.json`` that comes back into ``book/data/``, beside
 the full run's ``gpu_<device>.json`` that the chapters read (all phases: leave out

@@ -2,8 +2,9 @@
 
 The pages (2c, 3c, 4b, 5c, 6, 7) and the tests read these programs with
 ``shardbook.gputarget.programs``; they compile nothing when the store is fresh.  A
-stored program is stale when the code its builder runs, the pinned wheels, the
-target's spec or the GPU flags changed (``shardbook.gputarget.made_from``);
+stored program is stale when the code its builder runs, the installed JAX and
+BrainPy family, the pinned wheels, the target's spec or the flags changed
+(``shardbook.gputarget.made_from``);
 ``tests/test_gputarget.py`` then fails and names this command.
 
     python lab/gpu_programs.py                 recompile the stale programs
@@ -77,8 +78,10 @@ def main(argv=None) -> int:
     gt.install(verbose=True)
     t0 = time.perf_counter()
     made = commit()
-    for job, answer in zip(todo, gt.start_jobs(todo, timeout=args.timeout).result()):
-        f = gt.store(job, answer, args.folder, commit=made)
+    inputs = [gt.made_from(job) for job in todo]   # before the compile, not after
+    answers = gt.start_jobs(todo, timeout=args.timeout).result()
+    for job, answer, made_from in zip(todo, answers, inputs):
+        f = gt.store(job, answer, args.folder, commit=made, made=made_from)
         print(f"stored {f.name}: {job['builder'].split(':')[-1]} {job['kwargs']} "
               f"{job['target']} x {job['devices'] * job['hosts']}")
     print(f"compiled {len(todo)} program(s) in {time.perf_counter() - t0:.0f} s")

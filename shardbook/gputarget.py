@@ -369,11 +369,13 @@ class Pending:
 # shows a dozen of them.  So the pages read programs that ``lab/gpu_programs.py``
 # compiled and wrote to STORE_DIR, one file per job, each with what it was made from:
 # the digest of the *code* its builder runs (:func:`code_digest`: the package modules
-# it imports, their docstrings and comments left out), the pinned wheels, the target's
-# spec, the GPU flags.  A stored program whose inputs changed is stale:
-# ``tests/test_gputarget.py`` fails and names the command that refreshes it, and
-# :func:`programs` compiles it anew in this process's child, with a warning (which
-# strict nbval shows as a changed output).  Editing a docstring changes nothing.
+# it imports, their docstrings and comments left out), the installed JAX and BrainPy
+# family (:data:`TRACED_BY`), the pinned wheels, the target's spec, the flags.  A
+# stored program whose inputs changed is stale: ``tests/test_gputarget.py`` fails and
+# names the command that refreshes it, and :func:`programs` compiles it anew in this
+# process's child, with a warning (which strict nbval shows as a changed output), or,
+# without the GPU-target wheels, shows it as stored, with the warning.  Editing a
+# docstring changes nothing.
 STORE_DIR = Path(__file__).resolve().parent.parent / "book" / "data" / "gpu_programs"
 REFRESH = "python lab/gpu_programs.py"   # the command that compiles and stores
 _PACKAGE = Path(__file__).resolve().parent
@@ -382,9 +384,10 @@ _DIGESTS: dict[str, str] = {}
 
 def normal_job(job: dict) -> dict:
     """``job`` with its defaults written out: what names a stored program."""
+    target = job.get("target", "h200")
     out = {"builder": job["builder"], "kwargs": dict(job.get("kwargs", {})),
-           "target": job.get("target", "h200"), "devices": job.get("devices", 8),
-           "hosts": job.get("hosts", 1)}
+           "target": target if target == "cpu" else _name(target),
+           "devices": int(job.get("devices") or 8), "hosts": int(job.get("hosts", 1))}
     extra = set(job) - set(out)
     if extra:
         raise ValueError(f"unknown job key(s) {sorted(extra)}: a job has {sorted(out)}")
@@ -429,7 +432,10 @@ def package_imports(name: str, tree) -> set[str]:
 
 
 def code_text(tree) -> str:
-    """The module's code as an AST dump: no docstrings, comments or line numbers."""
+    """The module's code as a dump of its syntax tree: no docstrings, comments or line
+    numbers.  The dump names each node and its non-empty fields (``ast.iter_fields``),
+    so that it reads the same on Python 3.11 to 3.13, whose ``ast.dump`` differ
+    (``tests/test_gputarget.py`` compares the three where they are installed)."""
     import ast
 
     for node in ast.walk(tree):
@@ -438,7 +444,24 @@ def code_text(tree) -> str:
                 and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+    def dump(x) -> str:
+        if isinstance(x, ast.JoinedStr):   # 3.12 adds empty strings to format specs
+            x = ast.JoinedStr(values=[v for v in x.values if not (
+                isinstance(v, ast.Constant) and v.value == "")])
+        if isinstance(x, ast.AST):
+            fields = [f"{k}={dump(v)}" for k, v in ast.iter_fields(x)
+                      if v is not None and v != [] and k not in _NEWER_FIELDS]
+            return f"{type(x).__name__}({', '.join(fields)})"
+        if isinstance(x, list):
+            return "[" + ", ".join(dump(v) for v in x) + "]"
+        return repr(x)
+
+    return dump(tree)
+
+
+# fields that newer Pythons add to old nodes (3.12: type parameters of a def or class)
+_NEWER_FIELDS = ("type_params", "type_comment")
 
 
 def source_of(module: str) -> str:
@@ -477,21 +500,33 @@ def code_digest(module: str, read=None) -> str:
     return digest
 
 
-def _gpu_flags() -> list[str]:
-    """XLA_FLAGS that can change a program: XLA:CPU's own (the portability gate's
-    vector ISA) and the simulated device count cannot."""
-    return [f for f in os.environ.get("XLA_FLAGS", "").split()
-            if not f.startswith(("--xla_cpu_", "--xla_force_host_platform"))]
+def _flags(target: str) -> list[str]:
+    """XLA_FLAGS that can change ``target``'s program.  The simulated device count
+    never does, nor the vector ISA (the portability gate's); XLA:CPU's other flags
+    change only an XLA:CPU program."""
+    skip = ("--xla_force_host_platform", "--xla_cpu_max_isa")
+    if target != "cpu":
+        skip += ("--xla_cpu_",)
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    return [f for f in flags if not f.startswith(skip)]
 
 
-# The installed packages a builder's program depends on besides the book's own code
-TRACED_BY = ("jax", "jaxlib", "brainpy", "brainstate", "brainevent")
+# The installed packages a builder's program depends on besides the book's own code:
+# JAX, BrainPy and what BrainPy requires
+TRACED_BY = ("jax", "jaxlib", "brainpy", "brainstate", "brainevent", "brainunit",
+             "braintools", "brainpy_state", "numpy", "ml_dtypes", "opt_einsum")
 
 
 def _versions() -> str:
     from importlib import metadata
 
-    return " ".join(f"{p}=={metadata.version(p)}" for p in TRACED_BY)
+    def version(p):
+        try:
+            return metadata.version(p)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    return " ".join(f"{p}=={version(p)}" for p in TRACED_BY)
 
 
 def made_from(job: dict) -> dict:
@@ -502,7 +537,7 @@ def made_from(job: dict) -> dict:
     target = job["target"]
     return {"code": code_digest(job["builder"].partition(":")[0]),
             "versions": _versions(), "wheels": _stamp_text(),
-            "flags": " ".join(_gpu_flags()),
+            "flags": " ".join(_flags(target)),
             "spec": "" if target == "cpu" else
             hashlib.sha256(spec_text(target).encode()).hexdigest()[:16]}
 
@@ -522,11 +557,14 @@ def stored(job: dict, folder=None) -> dict | None:
     return record
 
 
-def store(job: dict, answer: dict, folder=None, commit: str = "") -> Path:
-    """Write ``answer`` (a child's Program JSON) as ``job``'s stored program."""
+def store(job: dict, answer: dict, folder=None, commit: str = "",
+          made: dict | None = None) -> Path:
+    """Write ``answer`` (a child's Program JSON) as ``job``'s stored program; ``made``:
+    its :func:`made_from`, taken before the compile started (default: now)."""
     folder = Path(folder or STORE_DIR)
     folder.mkdir(parents=True, exist_ok=True)
-    record = {**answer, "job": normal_job(job), "made_from": made_from(job),
+    made = made if made is not None else made_from(job)
+    record = {**answer, "job": normal_job(job), "made_from": made,
               "made_by": {"command": REFRESH, "commit": commit}}
     record.pop("child_s", None)
     f = folder / f"{job_key(job)}.json.gz"
@@ -540,23 +578,35 @@ def programs(jobs, timeout: float = 900, path=None, folder=None):
 
     A job that is not stored, or is stale (:func:`stored`), is compiled here in one
     child process, with a warning that names :data:`REFRESH`; a GPU job then needs the
-    wheels (:func:`install`).  Returns the same shape: a list, or a dict."""
+    wheels (:func:`install`).  Without them, a stale program is served as it is, with
+    the warning (it was compiled for other versions or code); a missing one raises
+    :class:`GpuTargetError`.  Returns the same shape: a list, or a dict."""
     names = list(jobs) if isinstance(jobs, dict) else None
     jobs = list(jobs.values()) if names is not None else list(jobs)
     answers = [stored(job, folder) for job in jobs]
     todo = [i for i, a in enumerate(answers) if a is None or "stale" in a["meta"]]
+    path = Path(path) if path is not None else target_dir()
+    if todo and not wheels_installed(path):   # GPU jobs cannot compile: serve stale
+        gpu = [i for i in todo if normal_job(jobs[i])["target"] != "cpu"]
+        missing = [i for i in gpu if answers[i] is None]
+        if missing:
+            raise GpuTargetError(
+                f"{len(missing)} of {len(jobs)} GPU program(s) are not stored in "
+                f"{folder or STORE_DIR} and the GPU-target wheels are not installed: "
+                "run shardbook.gputarget.install() (in a checkout of the book: "
+                "ci/install_gpu_target), then run the cell again")
+        for i in gpu:
+            stale = ", ".join(answers[i]["meta"]["stale"])
+            name = jobs[i]["builder"].split(":")[-1]
+            warnings.warn(f"{name}: the stored GPU program was made from another "
+                          f"{stale}; shown as stored (install the GPU-target wheels "
+                          "to compile it anew)", stacklevel=2)
+        todo = [i for i in todo if i not in gpu]
     if todo:
         what = ", ".join(jobs[i]["builder"].split(":")[-1] for i in todo)
         warnings.warn(f"{len(todo)} GPU-target program(s) not stored or stale "
                       f"({what}): compiling them here; `{REFRESH}` stores them",
                       stacklevel=2)
-        path = Path(path) if path is not None else target_dir()
-        gpu = [i for i in todo if jobs[i].get("target", "h200") != "cpu"]
-        if gpu and not wheels_installed(path):
-            raise GpuTargetError(f"the GPU-target wheels are not installed in {path} "
-                                 f"and {len(gpu)} of {len(jobs)} job(s) are not "
-                                 "stored: run ci/install_gpu_target (or "
-                                 "shardbook.gputarget.install())")
         fresh = Pending([jobs[i] for i in todo], timeout, path).result()
         for i, answer in zip(todo, fresh):
             answers[i] = answer

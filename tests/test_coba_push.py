@@ -95,11 +95,17 @@ def test_the_cpu_kernels_earn_their_place():
                        / "coba_kernels.json").read_text())
     assert data["schema"] == "shardbook.coba-kernels/1"
     assert {"versions", "date", "command", "machine"} <= set(data["provenance"])
-    events = {}
-    for r in data["rows"]:   # the same work on each side: events per step printed
-        events.setdefault(r["neurons"], set()).add(round(r["events_per_step"], 3))
-    assert all(len(e) == 1 for e in events.values()), events
-    assert min(data["xla_over_kernels"].values()) > 2, data["xla_over_kernels"]
+    rows = {}
+    for r in data["rows"]:
+        rows.setdefault(r["neurons"], {})[r["variant"]] = r
+    ratios = {}
+    for n, by in rows.items():   # all three side by side, the same work on each side
+        assert set(by) == {"push, CPU kernels", "push, XLA path", "index matrix"}, by
+        assert len({round(r["events_per_step"], 3) for r in by.values()}) == 1, n
+        ratios[n] = (by["push, XLA path"]["us_per_step"]
+                     / by["push, CPU kernels"]["us_per_step"])
+    assert {str(n): round(x, 2) for n, x in ratios.items()} == data["xla_over_kernels"]
+    assert min(ratios.values()) > 2, ratios   # the decision: several times slower
 
 
 # ------------------------------------------------------------------ nothing dropped

@@ -1,5 +1,5 @@
-"""Chapter 1's sharding explorer: its callback, ``book.explorer.explore``, without a
-browser.
+"""Chapter 1's sharding explorer: its callback, ``shardbook.explorer.explore``,
+without a browser.
 
 * A dividing choice gives the shard table, and every row of it (each device's slice,
   shard shape and bytes) matches what the PartitionSpec alone predicts, computed here

@@ -1,12 +1,13 @@
 """``lab/gpu_check --dry-run``: the GPU check's whole code path on the CPU, tiny sizes.
 
-The dry run writes a data file of the schema a GPU run writes; ``book.gpudata.validate``
-accepts it, and rejects planted bad files (a CPU run that claims a GPU, a time without
-its events or its compile time, a silent window, a failed phase with no error).  The
-pages run under lax nbval, each with its own timeout (``lab/gpu_notebooks.py``): a dry
-run of small pages gives one row per page, ok, failed, timeout or skipped, with the
-first error; the record page says which pages ran on which GPU, or that none has.  The
-wheel download for the device is checked as a command, never run.
+The dry run writes a data file of the schema a GPU run writes;
+``shardbook.gpudata.validate`` accepts it, and rejects planted bad files (a CPU run that
+claims a GPU, a time without its events or its compile time, a silent window, a failed
+phase with no error). The pages run under lax nbval, each with its own timeout
+(``lab/gpu_notebooks.py``): a dry run of small pages gives one row per page, ok, failed,
+timeout or skipped, with the first error; the record page says which pages ran on which
+GPU, or that none has. The wheel download for the device is checked as a command, never
+run.
 """
 
 import copy

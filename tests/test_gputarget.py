@@ -65,11 +65,19 @@ def test_stored_jobs_need_no_wheels(tmp_path):
     [read] = gt.programs([job], path=none, folder=tmp_path)
     assert read.memory == program.memory and "stored" in read.meta
     assert gt.programs({"a": job}, path=none, folder=tmp_path)["a"].text == read.text
-    with pytest.warns(UserWarning, match="not stored or stale"), \
-            pytest.raises(gt.GpuTargetError, match="1 of 2 job"):
+    with pytest.raises(gt.GpuTargetError, match="1 of 2 GPU program.*install"):
         gt.programs([job, {**job, "devices": 2}], path=none, folder=tmp_path)
+    # a stale one (another Python, BrainPy, ...) is served as stored, with a warning
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gt, "code_digest", lambda module, read=None: "other code")
+        with pytest.warns(UserWarning, match="made from another code; shown as stored"):
+            [stale] = gt.programs([job], path=none, folder=tmp_path)
+    assert stale.memory == program.memory and stale.meta["stale"] == ["code"]
     with pytest.raises(ValueError, match="unknown job key"):
         gt.job_key({**job, "text": True})
+    # one job, one file: defaults, the H100's alias and 8 written as 8.0 name it once
+    assert gt.job_key({**job, "target": "h100"}) == gt.job_key(
+        {**job, "target": "h100_sxm", "hosts": 1.0})
 
 
 def test_the_stored_file_records_what_it_was_made_from(tmp_path, monkeypatch):
@@ -83,8 +91,19 @@ def test_the_stored_file_records_what_it_was_made_from(tmp_path, monkeypatch):
     assert "stale" not in gt.stored(job, tmp_path)["meta"]
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=true")
     assert gt.stored(job, tmp_path)["meta"]["stale"] == ["flags"]
+    cpu_job = {**job, "target": "cpu", "devices": 1}   # XLA:CPU's flags count for it
+    gt.store(cpu_job, program.to_json(), tmp_path)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
+    assert gt.stored(cpu_job, tmp_path)["meta"]["stale"] == ["flags"]
+    assert "stale" not in gt.stored(job, tmp_path)["meta"]
     monkeypatch.delenv("XLA_FLAGS")
-    monkeypatch.setattr(gt, "code_digest", lambda module: "an edited package")
+    monkeypatch.setattr(gt, "PINS", (*gt.PINS, "another-wheel==1"))
+    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["wheels"]
+    monkeypatch.undo()
+    monkeypatch.setattr(gt, "spec_text", lambda target: "another spec")
+    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["spec"]
+    monkeypatch.undo()
+    monkeypatch.setattr(gt, "code_digest", lambda module, read=None: "an edited package")
     assert gt.stored(job, tmp_path)["meta"]["stale"] == ["code"]
     monkeypatch.undo()
     from importlib import metadata  # a BrainPy upgrade (./ci/lock) makes it stale too
@@ -92,6 +111,31 @@ def test_the_stored_file_records_what_it_was_made_from(tmp_path, monkeypatch):
     monkeypatch.setattr(metadata, "version",
                         lambda p: "9.9.9" if p == "brainpy" else real(p))
     assert gt.stored(job, tmp_path)["meta"]["stale"] == ["versions"]
+
+
+def test_the_digest_is_the_same_on_every_python_found():
+    """Python 3.12 and 3.13 dump a syntax tree differently from 3.11: the digest must
+    not change with them (else every stored program reads stale there, as on Colab)."""
+    import shutil
+    import subprocess
+    import sys
+
+    here = gt.code_digest("shardbook.gputarget_steps")
+    found = {}
+    for name in ("python3.11", "python3.12", "python3.13"):
+        exe = shutil.which(name)
+        if exe is None:
+            continue
+        done = subprocess.run(
+            [exe, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+             "from shardbook import gputarget as g; "
+             "print(g.code_digest('shardbook.gputarget_steps'))", str(ROOT)],
+            capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode == 0:
+            found[name] = done.stdout.strip()
+    if not found:
+        pytest.skip(f"no other Python found beside {sys.version.split()[0]}")
+    assert set(found.values()) == {here}, found
 
 
 def test_the_code_digest_reads_code_not_docstrings():

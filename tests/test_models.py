@@ -1,5 +1,5 @@
-"""Tests of the BrainPy RNN (``book.rnn``, ``shardbook/rnn/model.py``) on 4 simulated
-CPU devices (conftest.py sets them before JAX starts).
+"""Tests of the BrainPy RNN (``shardbook.rnn``, ``shardbook/rnn/model.py``) on 4
+simulated CPU devices (conftest.py sets them before JAX starts).
 
 The measurements are one script, run once in this process; it prints them as JSON and
 the tests below assert on them (the round trip through JSON is what they compare).

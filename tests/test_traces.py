@@ -1,5 +1,5 @@
-"""``book.traces``: a profiler trace written, read back against the compiled program,
-and its verdicts, on 4 simulated CPU devices.
+"""``shardbook.traces``: a profiler trace written, read back against the compiled
+program, and its verdicts, on 4 simulated CPU devices.
 
 * A real trace of a matmul whose contraction is split holds one all-reduce event per
   step and device, as the compiled program says; a trace read against a program
