@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
     coba_cli.book(devices=1)   # the devices first, then BrainPy
-    from shardbook import coba
+    from shardbook import coba, provenance
     if not coba.kernels.available():
         raise SystemExit(f"the CPU kernels are off here: {coba.kernels.why_not()}")
     rows = []
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
                   f"{t.events_per_step:9,.0f} events/step", flush=True)
     cmd = "python lab/coba_kernels.py " + " ".join(sys.argv[1:] if argv is None
                                                    else argv)
-    data = dict(schema=SCHEMA, provenance=dict(coba.provenance(cmd.strip()),
+    data = dict(schema=SCHEMA, provenance=dict(provenance.provenance(cmd.strip()),
                                                machine=machine()),
                 rows=rows)
     speedup = {r["neurons"]: 0.0 for r in rows}

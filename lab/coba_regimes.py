@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import coba_cli  # lab/coba_cli.py
+import regimes as design  # lab/regimes.py
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,8 +57,8 @@ def plan_forms(args, regimes) -> list[dict]:
         for s in seeds:
             jobs.append(dict(form=form, seed=s, dt=0.1, **kw))
     for g in regimes.GRAPHS_2X2:
-        for st in regimes.STARTS_2X2:
-            kw = regimes.cell(g, st)
+        for st in design.STARTS_2X2:
+            kw = design.cell(g, st)
             if any(
                 kw == dict(f, sizes=tuple(f["sizes"])) for f in regimes.FORMS.values()
             ):
@@ -146,7 +147,7 @@ def main(argv=None) -> int:
             continue
         t0 = time.time()
         kw = {k: v for k, v in job.items() if k not in ("form", "seed", "dt")}
-        run = regimes.measure(job["seed"], dt=job["dt"], conn=args.conn, **kw)
+        run = design.measure(job["seed"], dt=job["dt"], conn=args.conn, **kw)
         run = dict(form=job["form"], wall_s=round(time.time() - t0, 1), **run)
         data["runs"].append(run)
         done.add(key)

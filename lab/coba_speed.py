@@ -8,7 +8,7 @@ table.
 Not part of ./ci/test (about half an hour on 2 cores).  Sections, each rewritten in the
 file as it finishes (``--only`` runs some and keeps the others):
 
-* ``delivery``: the delivery alone (``coba.timing.time_delivery``): index matrix, event
+* ``delivery``: the delivery alone (:func:`time_delivery`): index matrix, event
   CSR, push delivery and brainevent's kernel per shard, interleaved, on the same spike
   trains recorded from the active network of 4,200 and 16,800 neurons, on fixed
   in-degree graphs with K = 80 and 800, on 1 and 8 devices;
@@ -34,9 +34,11 @@ import os
 import sys
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import coba_cli  # lab/coba_cli.py
+import numpy as np
 
 from shardbook import gputarget, provenance
 from shardbook.hlo import Program
@@ -50,17 +52,166 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+# ------------------------------------ the delivery alone, on recorded spike trains
+def fixed_graph(n: int, k: int, seed: int = 0) -> np.ndarray:
+    """``[k, n]`` int32 sources: each of ``n`` neurons gets ``k`` inputs drawn uniformly
+    (with replacement) from the same ``n`` neurons: a fixed in-degree graph."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n, (k, n), dtype=np.int32)
+
+
+def record_spikes(steps: int, warmup: int = 1000, devices=None, **net_kwargs):
+    """``bool[steps, N]``: the spikes of an active network (E then I neurons), after
+    ``warmup`` steps of transient.  Raises ``SilentWindow`` if it is silent."""
+    import jax
+
+    from shardbook import coba
+
+    devices = list(devices) if devices is not None else jax.devices()[:1]
+    net = coba.build(devices, **net_kwargs)
+    sim = coba.Simulation(net, record=("spike",))
+    if warmup:
+        sim.run(warmup)
+    out = sim.run(steps)
+    spikes = np.concatenate([np.asarray(out["E.spike"]), np.asarray(out["I.spike"])], 1)
+    if not spikes.any():
+        raise coba.timing.SilentWindow(
+            f"no spikes in {steps} steps after {warmup} of warm-up")
+    return spikes
+
+
+DELIVERIES = ("index", "event", "push", "brainevent")
+
+
+def delivery_functions(sources: np.ndarray, devices, kinds=DELIVERIES,
+                       spike_capacity: float | None = None) -> dict:
+    """``{kind: jitted f(spike_train) -> summed counts}`` for one graph on a 1-D mesh.
+
+    ``sources``: ``[k, n]`` (the graph, post neurons split over the devices);
+    ``f`` takes ``bool[T, n]`` split along neurons, runs ``T`` steps of exchange and
+    delivery in a ``lax.scan``, and returns the counts summed over the steps (float32,
+    exact), split along neurons: the same array for every kind.
+
+    Long because: the deliveries share one graph, mesh and capacity, set up once above
+    them; each delivery is a few lines.
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from shardbook import coba
+
+    kernels, peer, push, NEURON = coba.kernels, coba.peer, coba.push, coba.NEURON
+    if spike_capacity is None:
+        spike_capacity = push.SPIKE_CAPACITY
+    k, n = sources.shape
+    mesh = jax.sharding.Mesh(np.asarray(devices), (NEURON,))
+    d = mesh.shape[NEURON]
+    if n % d:
+        raise ValueError(f"{n} neurons do not split over {d} devices")
+    n_local = n // d
+    split2 = NamedSharding(mesh, P(None, NEURON))
+    src = jax.device_put(sources, split2)
+    indptr, indices = jax.jit(jax.shard_map(
+        partial(coba.local_csr, n_pre=n), mesh=mesh, in_specs=P(None, NEURON),
+        out_specs=(P(NEURON), P(NEURON)), check_vma=False))(src)
+    cap = push.spike_capacity(n_local, spike_capacity)
+    slots = d * cap
+    events_cap = push.event_capacity(slots, k * n_local / n)
+    chunk = coba.chunk_size(k * n_local)
+    cpu = kernels.available()
+
+    def gather(s):  # the bool exchange: every device gets every spike
+        return jax.lax.all_gather(s, NEURON, tiled=True) if d > 1 else s
+
+    def index_step(s, conn, indptr, indices):
+        return jnp.sum(gather(s)[conn], axis=0, dtype=jnp.float32)
+
+    def event_step(s, conn, indptr, indices):
+        return coba.deliver(gather(s), indptr, indices, n_local=n_local, chunk=chunk)
+
+    def brainevent_step(s, conn, indptr, indices):
+        return peer.deliver(gather(s), indptr, indices, n_local)
+
+    def push_step(s, conn, indptr, indices):
+        ids, _ = push.compact_local(s, cap, cpu)
+        offset = jax.lax.axis_index(NEURON) * n_local
+        ids = jnp.where(ids < n_local, ids + offset, n)
+        if d > 1:
+            ids = jax.lax.all_gather(ids, NEURON, tiled=True)
+        return push.push_local(ids, indptr, indices, n_local, events_cap, cpu)[0]
+
+    steps = dict(index=index_step, event=event_step, push=push_step,
+                 brainevent=brainevent_step)
+
+    def make(step):
+        def local(train, conn, indptr, indices):
+            def body(total, s):
+                return total + step(s, conn, indptr, indices), None
+            return jax.lax.scan(body, jnp.zeros((n_local,), jnp.float32), train)[0]
+        fn = jax.shard_map(local, mesh=mesh,
+                           in_specs=(P(None, NEURON), P(None, NEURON), P(NEURON),
+                                     P(NEURON)),
+                           out_specs=P(NEURON), check_vma=False)
+        jitted = jax.jit(fn)  # the graph as arguments: a closure would be folded in
+        return lambda train: jitted(train, src, indptr, indices)
+
+    out = {kind: make(steps[kind]) for kind in kinds}
+    out["_sharding"] = split2
+    out["_capacity"] = cap
+    return out
+
+
+def time_delivery(spikes: np.ndarray, k: int, devices, kinds=DELIVERIES,
+                  repeats: int = 5, seed: int = 0, check: bool = True) -> dict:
+    """Delivery alone: ``{kind: Timing}`` on the recorded ``spikes`` (``bool[T, n]``)
+    and a fixed in-degree ``k`` graph of the same ``n`` neurons, on ``devices``.
+
+    Every kind gets the same graph and the same spikes; ``check`` asserts that they
+    deliver the same counts.  Raises ``SilentWindow`` if the spikes carry no event.
+    """
+    import jax
+
+    from shardbook import coba
+
+    timing = coba.timing
+    t, n = spikes.shape
+    sources = fixed_graph(n, k, seed)
+    events = float((spikes.astype(np.int64) @ timing.out_degree(sources, n)).sum()) / t
+    if events == 0:
+        raise timing.SilentWindow("these spike trains deliver no synaptic event")
+    fns = delivery_functions(sources, devices, kinds)
+    train = jax.device_put(spikes, fns["_sharding"])
+    peak = int(spikes.reshape(t, len(devices), -1).sum(axis=2).max())
+    if peak > fns["_capacity"]:
+        raise coba.DeliveryOverflow(
+            f"a device had {peak} spikes in one step, the push buffer holds "
+            f"{fns['_capacity']}: raise spike_capacity")
+    results = {kind: fns[kind](train) for kind in kinds}
+    if check:
+        ref = np.asarray(results[kinds[0]])
+        for kind in kinds[1:]:
+            np.testing.assert_array_equal(np.asarray(results[kind]), ref, err_msg=kind)
+    samples = timing.interleave(
+        {kind: (lambda f=fns[kind]: jax.block_until_ready(f(train))) for kind in kinds},
+        repeats=repeats)
+    return {kind: timing.Timing(kind, float(np.median(s)) / t, events,
+                                [x / t for x in s],
+                                dict(neurons=n, k=k, devices=len(devices), steps=t))
+            for kind, s in samples.items()}
+
+
 def delivery(book, coba, args) -> list:
     out = []
     devices = book.speed_devices()
     for scale in args.delivery_scales:
-        spikes = coba.timing.record_spikes(
+        spikes = record_spikes(
             args.delivery_steps, warmup=1000, devices=devices[:1], scale=scale
         )
         for k in (80, 800):
             for nd in sorted({1, len(devices)}):
                 before = load()
-                res = coba.timing.time_delivery(
+                res = time_delivery(
                     spikes, k, devices[:nd], repeats=args.repeats
                 )
                 print(

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Scale sweep of chapter 4's COBA-HH network: writes a scaling data file (checked by
-coba.validate_scaling; the book stores none: simulated-CPU seconds are not hardware).
+validate_scaling below; the book stores none: simulated-CPU seconds are not hardware).
 
     python lab/coba_sweep.py --scales 1 10 100 1000 10000 30000 60000 \
         --out book/data/coba_scaling.json --time-budget 60
@@ -44,9 +44,149 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from shardbook import book, child  # noqa: E402  (neither starts JAX)
+from shardbook import book, child, provenance  # noqa: E402  (none starts JAX)
+
+SCHEMA = "shardbook.coba-scaling/1"
+REGIME_SCHEMA = "shardbook.coba-regimes/1"
+# name: what build() needs; the benchmark as published, and the book's variant
+VARIANTS = {
+    "benchmark": dict(graph="bernoulli", start="random", sizes=(3200, 800)),
+    "fixed in-degree": dict(graph="fixed", start="rest", sizes=(3360, 840)),
+}
+
+
+def device_memory() -> dict:
+    """The largest ``peak_bytes_in_use`` and the smallest ``bytes_limit`` over this
+    process's devices, from ``device.memory_stats()``; ``{}`` where the platform reports
+    none (CPU)."""
+    import jax
+
+    stats = []
+    for d in jax.local_devices():
+        try:
+            s = d.memory_stats()
+        except Exception:
+            s = None
+        if s:
+            stats.append(s)
+    out = {}
+    peaks = [s["peak_bytes_in_use"] for s in stats if "peak_bytes_in_use" in s]
+    limits = [s["bytes_limit"] for s in stats if "bytes_limit" in s]
+    if peaks:
+        out["peak_bytes_in_use"] = int(max(peaks))
+    if limits:
+        out["bytes_limit"] = int(min(limits))
+    return out
+
+
+def measure_size(scale: float, sim_ms: float = 1000.0, chunk_ms: float = 10.0,
+                 time_budget: float = 60.0) -> dict:
+    """Build, compile and run one size on all devices; what the sweep records.
+
+    Runs chunks of ``chunk_ms`` until ``sim_ms`` is simulated or ``time_budget`` seconds
+    of steady-state running are spent (at least one chunk always runs).
+    """
+    import jax
+
+    from shardbook import coba, shards
+
+    devs = jax.devices()
+    n_exc, n_inh = coba.sizes(scale)
+    steps = int(round(chunk_ms / coba.DT))
+    t0 = time.perf_counter()
+    net = coba.build(devs, scale=scale, conn="index")  # the sweep measures the index
+    jax.block_until_ready([shards.as_jax(v) for v in net.vars().values()])
+    build_s = time.perf_counter() - t0
+    sim = coba.Simulation(net, record=("count",))
+    sim.compile(steps)
+    chunks, run_s = 0, 0.0
+    while True:
+        _, dt = sim.timed_run(steps)
+        chunks, run_s = chunks + 1, run_s + dt
+        if chunks * chunk_ms >= sim_ms or run_s + dt > time_budget:
+            break
+    spikes = sum(
+        int(np.asarray(c.value, dtype=np.int64).sum()) for c in sim.counts.values()
+    )
+    simulated_s = chunks * chunk_ms * 1e-3
+    mem = device_memory()
+    stats = coba.compiled_stats(sim.compiled[steps])
+    return dict(
+        scale=scale,
+        neurons=n_exc + n_inh,
+        n_exc=n_exc,
+        n_inh=n_inh,
+        devices=len(devs),
+        conn="index",
+        synapses=coba.SYNAPSES_PER_NEURON * (n_exc + n_inh),
+        conn_bytes_per_device=coba.measured_bytes(net)["connectivity"],
+        predicted_peak_bytes_per_device=int(
+            coba.fit_bytes_per_device(n_exc + n_inh, len(devs))
+        ),
+        compiled_peak_bytes_per_device=stats["peak"],
+        peak_bytes_in_use=mem.get("peak_bytes_in_use"),
+        bytes_limit=mem.get("bytes_limit"),
+        build_s=build_s,
+        compile_s=sim.compile_s[steps],
+        steady_s=run_s,
+        simulated_s=simulated_s,
+        steady_s_per_sim_s=run_s / simulated_s,
+        rate_hz=spikes / (n_exc + n_inh) / simulated_s,
+    )
+
+
+def validate_scaling(data: dict) -> dict:
+    """Check a scaling data file's structure; raises ``ValueError`` naming what is
+    missing."""
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"not a {SCHEMA} file (schema={data.get('schema')!r})")
+    prov = data.get("provenance", {})
+    need = ["device_kind", "device_count", "platform", "simulated", "versions", "date",
+            "command"]
+    missing = [k for k in need if k not in prov]
+    for pkg in ("jax", "jaxlib", "brainpy", "brainstate", "brainevent"):
+        if pkg not in prov.get("versions", {}):
+            missing.append(f"versions.{pkg}")
+    run_keys = ["neurons", "devices", "conn_bytes_per_device", "peak_bytes_in_use",
+                "compile_s", "steady_s_per_sim_s", "rate_hz"]
+    for i, run in enumerate(data.get("runs", [])):
+        missing += [f"runs[{i}].{k}" for k in run_keys if k not in run]
+    if missing:
+        raise ValueError("scaling data file lacks: " + ", ".join(missing))
+    return data
+
+
+def measure_regime(variant: str, seed: int = 0, sim_ms: float = 2100.,
+                   transient_ms: float = 100., window_ms: float = 500.,
+                   devices=None) -> dict:
+    """Run one variant on ``devices`` (default: the first device) and return its regime
+    statistics after the transient: over the whole run, and per window of
+    ``window_ms``."""
+    import jax
+
+    from shardbook import coba
+
+    devs = jax.devices()[:1] if devices is None else devices
+    net = coba.build(devs, seed=seed, **VARIANTS[variant])
+    sim = coba.Simulation(net, record=("spike",))
+    steps, cut = int(round(sim_ms / coba.DT)), int(round(transient_ms / coba.DT))
+    out = sim.run(steps)
+    spikes = np.concatenate([np.asarray(out[f"{p}.spike"]) for p in ("E", "I")], axis=1)
+    finite = all(
+        bool(np.isfinite(np.asarray(p.V.value)).all()) for p in net.populations.values()
+    )
+    after = spikes[cut:]
+    per = int(round(window_ms / coba.DT))
+    windows = [
+        coba.regime(after[i : i + per]) for i in range(0, after.shape[0] - per + 1, per)
+    ]
+    return dict(variant=variant, seed=seed, neurons=spikes.shape[1], sim_ms=sim_ms,
+                transient_ms=transient_ms, window_ms=window_ms, finite=finite,
+                whole=coba.regime(after), windows=windows)
 
 
 def measure_one(args) -> None:
@@ -54,12 +194,12 @@ def measure_one(args) -> None:
     book.setup_devices(verbose=False)
     from shardbook import coba
 
-    out = dict(provenance=coba.provenance(args.command), memory=coba.device_memory())
+    out = dict(provenance=provenance.provenance(args.command), memory=device_memory())
     count = out["provenance"]["device_count"]
     out["predicted"] = {str(s): coba.fit_bytes_per_device(sum(coba.sizes(s)), count)
                         for s in args.all_scales}
-    out["run"] = coba.measure_size(args.one, sim_ms=args.sim_ms, chunk_ms=args.chunk_ms,
-                                   time_budget=args.time_budget)
+    out["run"] = measure_size(args.one, sim_ms=args.sim_ms, chunk_ms=args.chunk_ms,
+                              time_budget=args.time_budget)
     child.answer(out)   # one marked JSON line (shardbook.child)
 
 
@@ -67,13 +207,13 @@ def in_process(args, scale: float) -> dict:
     book.setup_devices(verbose=False)
     from shardbook import coba
 
-    out = dict(provenance=coba.provenance(args.command))
+    out = dict(provenance=provenance.provenance(args.command))
     count = out["provenance"]["device_count"]
     out["predicted"] = {str(s): coba.fit_bytes_per_device(sum(coba.sizes(s)), count)
                         for s in args.scales}
-    out["run"] = coba.measure_size(scale, sim_ms=args.sim_ms, chunk_ms=args.chunk_ms,
-                                   time_budget=args.time_budget)
-    out["memory"] = coba.device_memory()
+    out["run"] = measure_size(scale, sim_ms=args.sim_ms, chunk_ms=args.chunk_ms,
+                              time_budget=args.time_budget)
+    out["memory"] = device_memory()
     return out
 
 
@@ -94,14 +234,12 @@ def run_child(args, scale: float) -> dict:
 def regimes(args) -> int:
     """The activity regime of both variants, several seeds, on one device."""
     book.setup_devices(verbose=False)
-    from shardbook import coba
-
-    data = dict(schema=coba.REGIME_SCHEMA, provenance=coba.provenance(args.command),
+    data = dict(schema=REGIME_SCHEMA, provenance=provenance.provenance(args.command),
                 runs=[])
-    for variant in coba.VARIANTS:
+    for variant in VARIANTS:
         for seed in range(args.seeds):
             t0 = time.time()
-            run = coba.measure_regime(variant, seed, sim_ms=args.sim_ms)
+            run = measure_regime(variant, seed, sim_ms=args.sim_ms)
             data["runs"].append(run)
             w = run["whole"]
             print(f"[regimes] {variant}, seed {seed}: {w['rate']:.1f} Hz, "
@@ -162,7 +300,7 @@ def main(argv=None) -> int:
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     out_path = args.out if args.out.is_absolute() else Path.cwd() / args.out
 
-    data = dict(schema="shardbook.coba-scaling/1", provenance=None, runs=[],
+    data = dict(schema=SCHEMA, provenance=None, runs=[],
                 stopped=None)
     ratio, limit = 1.0, None
     for scale in args.scales:

@@ -13,7 +13,7 @@ Modules:
   provenance  where and with what a measurement was made (for data files)
   rnn       the RNN of BrainPy issue #641: model, pure steps, variants, bytes
             (chapters 2, 3, 5)
-  coba      the COBA-HH network, its memory model and the scale sweep (chapter 4)
+  coba      the COBA-HH network, its memory model and time model (chapter 4)
   multiprocess  the jax.distributed worker and launcher of chapter 5a
   verify    equivalence checks with stated tolerances, and the log of their margins
 """

@@ -23,11 +23,9 @@ __all__ = [
     "count_compiles",
     "COMPILE_EVENT",
     "LOWER_EVENT",
-    "TRACE_EVENT",
 ]
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 
 

@@ -27,21 +27,13 @@ import brainpy.math as bm
 
 from .config import config
 from .devices import divisible_size, mesh_shape_2d
-from .rnn.sizes import grad_bytes
 
 __all__ = [
-    "CH2", "CH3", "FSDP", "coba_hh",
+    "coba_hh",
     "fsdp_mlp", "rnn_data_parallel", "rnn_forward", "rnn_fsdp", "rnn_functional",
-    "rnn_grad_bytes", "rnn_hidden", "rnn_one_gpu", "rnn_hidden_rows", "rnn_shard_map",
+    "rnn_hidden", "rnn_one_gpu", "rnn_hidden_rows", "rnn_shard_map",
     "tiny_data_parallel",
 ]
-
-# The canonical sizes (8 devices), for chapter 6's prose; every builder takes its sizes
-# from shardbook.config for the target's own device count.
-CH2 = config("ch2", 8).asdict()     # chapter 2: batch, time, in, hidden, out
-CH3 = config("ch3", 8).asdict()     # chapter 3 (sections 1, 5 and 7)
-FSDP = config("fsdp", 8).asdict()   # a small MLP, parameters split over 'batch'
-rnn_grad_bytes = grad_bytes         # the RNN's one bytes formula (shardbook.rnn.sizes)
 
 
 def _sizes(name, target, given):

@@ -4,9 +4,10 @@
 (8 GPUs per node on NVLink, nodes on InfiniBand, NCCL's ring latencies, a kernel
 launch, a host round trip).  :data:`GPUS` gives the same figures per GPU, with the
 H100 SXM's where they differ and what chapter 3's cost model needs besides: peak
-FLOP/s, the L2 cache and the device memory that XLA's device spec reports; every
-figure is cited in :data:`GPU_SOURCES`.  They are cited, not measured: a model built
-on them says how a step scales, and within which uncertainty, not what a GPU times.
+FLOP/s, the L2 cache and the device memory that XLA's device spec reports
+(``shardbook/gpu_specs``) beside the datasheets'.  They are cited, not measured: a model
+built on them says how a step scales, and within which uncertainty, not what a GPU
+times.
 
 :func:`allgather_latency` and :func:`link_seconds` are NCCL's ring model of an
 all-gather over ``n`` GPUs, on these figures.
@@ -15,7 +16,7 @@ This module imports neither JAX nor BrainPy.
 """
 from __future__ import annotations
 
-__all__ = ["GPUS", "GPU_SOURCES", "HARDWARE", "JAX_MEM_FRACTION", "SOURCES",
+__all__ = ["GPUS", "HARDWARE", "JAX_MEM_FRACTION", "SOURCES",
            "allgather_latency", "budget_bytes", "gpu", "link_seconds",
            "ring_sent_bytes", "ring_traffic", "sent_per_call"]
 
@@ -70,38 +71,6 @@ GPUS = {
                  "memory_datasheet_bytes": 80e9},
 }
 # endregion
-_SPEC = ("XLA's device spec, xla/backends/gpu/target_config/specs/{} "
-         "(shardbook/gpu_specs)")
-
-
-def _gpu_sources(key: str, datasheet: str, memory: str, **more: str) -> dict:
-    """The sources of ``GPUS[key]``: :data:`SOURCES` (with ``more`` where this GPU
-    differs), the datasheet's peaks and memory, XLA's device spec of L2 and memory."""
-    spec = _SPEC.format(f"{key}.txtpb")
-    return {
-        **SOURCES, **more,
-        "fp32_flops": f"{datasheet}: FP32 67 TFLOPS",
-        "bf16_flops": f"{datasheet}: BF16 Tensor Core 1,979 TFLOPS with sparsity, so "
-                      "989 dense",
-        "l2_bytes": f"{spec}: l2_cache_size {GPUS[key]['l2_bytes']}; NVIDIA Hopper "
-                    "architecture whitepaper: 50 MB L2",
-        "memory_bytes": f"{spec}: device_memory_size {GPUS[key]['memory_bytes']} "
-                        "(XLA's spec value; a real GPU's cudaMemGetInfo total can be "
-                        "a little lower, so budgets near it are checked on hardware)",
-        "memory_datasheet_bytes": f"{datasheet}: {memory}",
-    }
-
-
-GPU_SOURCES = {
-    "h200": _gpu_sources("h200", "NVIDIA H200 datasheet", "141 GB HBM3e"),
-    "h100_sxm": _gpu_sources(
-        "h100_sxm", "NVIDIA H100 datasheet, SXM", "80 GB HBM3",
-        hbm_bytes_per_s="NVIDIA H100 Tensor Core GPU datasheet, SXM: 3.35 TB/s HBM3",
-        nvlink_bytes_per_s="NVIDIA H100 datasheet, SXM: NVLink 900 GB/s",
-        net_bytes_per_s="NVIDIA DGX H100 datasheet: 8 x ConnectX-7, 400 Gb/s "
-                        "InfiniBand each",
-        gpus_per_node="DGX/HGX H100: 8 GPUs on NVLink switches"),
-}
 
 
 # region: hardware.budget

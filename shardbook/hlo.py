@@ -35,7 +35,6 @@ __all__ = ["COLLECTIVES", "EXAMPLE_LINE", "Collective", "Program", "While",
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute",
                "all-to-all", "collective-broadcast", "ragged-all-to-all")
-PHASES = ("once", "fwd", "bwd")
 
 # region: hlo.collective-line
 # One collective of chapter 2's training step, as XLA:CPU prints it (4 devices):

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["GB", "GiB", "MiB", "compiled_memory", "device_memory_stats", "fmt_bytes",
+__all__ = ["GiB", "MiB", "compiled_memory", "device_memory_stats", "fmt_bytes",
            "Ledger", "largest_fitting"]
 
-GB = 1e9
 GiB = 2**30
 MiB = 2**20
 

@@ -15,7 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pyrun  # tests/pyrun.py
 import pytest
+from coba_sweep import validate_scaling  # lab/coba_sweep.py
 from jax.sharding import PartitionSpec as P
+
+import brainpy.math as bm
 
 from shardbook import coba, expect, shards
 from shardbook.hlo import Program
@@ -24,6 +27,21 @@ ROOT = Path(__file__).resolve().parent.parent
 N = jax.device_count()
 SCALE = 0.2  # 672 + 168 neurons: both divide by 1, 2, 3, 4, 6, 7 and 8
 STEPS = 300
+
+
+def comm_output(net, name: str):
+    """One projection's synaptic input for an all-ones spike vector, computed under
+    ``jit``.
+
+    Its sharding says where the work happened: split along ``neuron`` when each device
+    computed its own postsynaptic neurons, replicated when every device computed all of
+    them.
+    """
+    proj = net.projections[name]
+    ones = np.ones(proj.comm.shape[0], bool)
+    if net.replicated is not None:
+        ones = jax.device_put(ones, net.replicated)
+    return bm.jit(lambda x: proj.comm(x))(ones)
 
 
 @pytest.fixture(scope="module")
@@ -197,13 +215,13 @@ def test_other_representations_store_the_same_graph(kind, runs):
     if (
         N > 1
     ):  # the mask is split with the neurons; CSR computes everything on every device
-        assert shards.is_replicated(coba.comm_output(net, "E2E")) == (kind == "csr")
+        assert shards.is_replicated(comm_output(net, "E2E")) == (kind == "csr")
 
 
 def test_jit_connectivity_holds_nothing_and_computes_everywhere():
     net = coba.build(jax.devices(), scale=SCALE, conn="jit")
     assert coba.measured_bytes(net)["connectivity"] == 0
-    assert shards.is_replicated(coba.comm_output(net, "E2E"))
+    assert shards.is_replicated(comm_output(net, "E2E"))
 
 
 def test_statistics():
@@ -249,7 +267,7 @@ def test_sweep_cli_writes_a_valid_data_file(tmp_path):
     out = tmp_path / "coba_scaling_cpu.json"
     res = _sweep(tmp_path, out)
     assert res.returncode == 0, res.stdout + res.stderr
-    data = coba.validate_scaling(json.loads(out.read_text()))
+    data = validate_scaling(json.loads(out.read_text()))
     assert (
         data["provenance"]["simulated"] is True
         and data["provenance"]["device_kind"] == "cpu"
@@ -263,7 +281,7 @@ def test_sweep_cli_writes_a_valid_data_file(tmp_path):
     # the check rejects a file without provenance
     del data["provenance"]["versions"]["brainevent"]
     with pytest.raises(ValueError, match="versions.brainevent"):
-        coba.validate_scaling(data)
+        validate_scaling(data)
 
 
 def test_sweep_refuses_cpu_numbers_under_book(tmp_path):
@@ -322,7 +340,7 @@ def test_event_csr_keeps_two_all_gathers_and_splits_the_work(event_runs):
     prog = Program(sim.compiled[STEPS])  # its spike record adds no collective
     print(expect.check("coba.step", prog, exc=net.n_exc, inh=net.n_inh))
     if N > 1:
-        assert not shards.is_replicated(coba.comm_output(net, "E2E"))
+        assert not shards.is_replicated(comm_output(net, "E2E"))
 
 
 def test_event_delivery_handles_bursts_in_chunks():

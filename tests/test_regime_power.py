@@ -20,6 +20,7 @@ from pathlib import Path
 
 import jax
 import pytest
+from regimes import measure  # lab/regimes.py
 
 from shardbook.coba import regimes as R, taue, we, wi
 
@@ -45,7 +46,7 @@ def _regime(**network_kw):
     # Seed 0 (the chapter's run; not among the seeds that made the bounds).  A planted
     # bug may make most neurons fire in one step: the buffer holds them all
     # (spike_capacity=1), and the CPU kernels deliver exactly whatever it holds.
-    run = R.measure(
+    run = measure(
         0,
         jax.devices()[:1],
         conn="push",

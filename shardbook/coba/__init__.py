@@ -25,7 +25,6 @@ The package is split along the chapter's lines; imports point one way, down this
   timing       fair timings: variants interleaved, repeated, events beside every time
   ledger       the memory model, predicted and measured
   timemodel    a time model that counts what the compiled step does
-  sweep        one size's measurement and the scaling data file of ``lab/coba_sweep.py``
   plots        plots of those measurements
 
 The names of :data:`__all__` are importable from ``shardbook.coba`` itself.
@@ -47,7 +46,6 @@ from . import (
     randomness,
     regimes,
     run,
-    sweep,
     timemodel,
     timing,
 )
@@ -66,7 +64,6 @@ from .ledger import (
     SPIKE_BYTES_PER_NEURON,
     STATE_BYTES_PER_NEURON,
     SYNAPSES_PER_NEURON,
-    comm_output,
     compiled_stats,
     conn_bytes_total,
     event_bytes,
@@ -100,33 +97,19 @@ from .run import (
     rate_hz,
     regime,
 )
-from .sweep import (
-    REGIME_SCHEMA,
-    SCHEMA,
-    VARIANTS,
-    device_memory,
-    measure_regime,
-    measure_size,
-    provenance,
-    validate_scaling,
-)
 
 __all__ = [
     *parameters.__all__,
-    "CHUNK_FRACTION", "COBAHH", "DeliveryOverflow", "EventCSR",
-    "FixedInDegree", "HH", "INDEX_BYTES_PER_SYNAPSE", "ISI_EDGES_MS", "PushCSR",
-    "REGIME_SCHEMA", "SCHEMA", "SPIKE_BYTES_PER_NEURON", "STATE_BYTES_PER_NEURON",
-    "SYNAPSES_PER_NEURON", "Simulation", "SpikeExchange", "VARIANTS", "bernoulli_k_max",
-    "bernoulli_sources", "build", "checkpoint", "chunk_size", "comm_output",
+    "CHUNK_FRACTION", "COBAHH", "DeliveryOverflow", "EventCSR", "FixedInDegree", "HH",
+    "INDEX_BYTES_PER_SYNAPSE", "ISI_EDGES_MS", "PushCSR", "SPIKE_BYTES_PER_NEURON",
+    "STATE_BYTES_PER_NEURON", "SYNAPSES_PER_NEURON", "Simulation", "SpikeExchange",
+    "bernoulli_k_max", "bernoulli_sources", "build", "checkpoint", "chunk_size",
     "compiled_stats", "conn_bytes_total", "connectivity", "cv_isi", "deliver",
-    "device_memory", "event_bytes", "events", "fano_factor", "fingerprint",
-    "fit_bytes_per_device", "gathered_bytes", "in_degree", "isi_histogram", "isis_ms",
-    "kernels",
-    "ledger", "local_csr", "measure_regime", "measure_size",
-    "measured_bytes", "model_bytes", "net_arrays", "network", "once", "parameters",
-    "peak_tolerance", "peer", "plots", "population_rate", "predict",
-    "provenance", "push", "random_rows", "random_state", "random_state_axes",
-    "randomness", "rate_hz", "regime", "regimes", "rows_capacity", "run",
-    "sharded_random", "sweep", "timemodel", "timing", "validate_scaling",
-    "zeros_variable",
+    "event_bytes", "events", "fano_factor", "fingerprint", "fit_bytes_per_device",
+    "gathered_bytes", "in_degree", "isi_histogram", "isis_ms", "kernels", "ledger",
+    "local_csr", "measured_bytes", "model_bytes", "net_arrays", "network", "once",
+    "parameters", "peak_tolerance", "peer", "plots", "population_rate", "predict",
+    "push", "random_rows", "random_state", "random_state_axes", "randomness", "rate_hz",
+    "regime", "regimes", "rows_capacity", "run", "sharded_random", "timemodel",
+    "timing", "zeros_variable",
 ]

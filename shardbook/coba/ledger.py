@@ -7,9 +7,7 @@ chapter 4 as built.
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
 import brainpy.math as bm
 
@@ -264,22 +262,6 @@ def compiled_stats(compiled) -> dict:
     out["xla_peak"] = int(getattr(m, "peak_memory_in_bytes", 0) or 0)
     out["constants"] = Program(compiled.as_text()).constant_bytes()
     return out
-
-
-def comm_output(net: COBAHH, name: str):
-    """One projection's synaptic input for an all-ones spike vector, computed under
-    ``jit``.
-
-    Its sharding says where the work happened: split along ``neuron`` when each device
-    computed its own postsynaptic neurons, replicated when every device computed all of
-    them.
-    """
-    proj = net.projections[name]
-    ones = np.ones(proj.comm.shape[0], bool)
-    if net.replicated is not None:
-        ones = jax.device_put(ones, net.replicated)
-    return bm.jit(lambda x: proj.comm(x))(ones)
-
 
 
 def model_bytes(

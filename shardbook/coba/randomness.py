@@ -107,11 +107,6 @@ def replicated_any(x, replicated=None) -> bool:
     return bool(jax.device_get(_reduce(jnp.any, x, replicated)))
 
 
-def replicated_max(x, replicated=None) -> int:
-    """``int(x.max())`` for a global array, read in any process (``replicated_any``)."""
-    return int(jax.device_get(_reduce(jnp.max, x, replicated)))
-
-
 def _reduce(fn, x, replicated):
     return jax.jit(fn, out_shardings=replicated)(x)
 
@@ -121,8 +116,6 @@ def zeros_variable(n, dtype=jnp.float32):
     return bm.Variable(sharded_random(_zeros_of, jax.random.PRNGKey(0), [NEURON], n,
                                       jnp.dtype(dtype)))
 
-
-_zeros = zeros_variable  # the name chapter 4 used first
 
 _COMPILED: dict = {}
 

@@ -37,15 +37,12 @@ __all__ = [
     "FORMS",
     "SOURCES",
     "GRAPHS_2X2",
-    "STARTS_2X2",
     "PROTOCOL",
     "STATS",
     "FORMS_SCHEMA",
     "DT_SCHEMA",
     "REFERENCE_SCHEMA",
     "TIMING_SCHEMA",
-    "cell",
-    "measure",
     "window_stats",
     "tolerance_factor",
     "tolerance_bounds",
@@ -55,7 +52,6 @@ __all__ = [
     "dt_convergence",
     "within_reference",
     "means_agree",
-    "rate_check",
     "validate",
     "load",
     "synchrony_raster",
@@ -73,24 +69,16 @@ SOURCES = {
     "brette_et_al_2007_benchmark.py (hh_cond_exp_traub)",
     "book": "this book: NEST's graph, 3360 E + 840 I neurons, V random, g = 0",
 }
-# The attribution design: every graph with every start, at the benchmark's 4000 neurons.
+# The attribution design: every graph with every start (lab/regimes.py), at the
+# benchmark's 4000 neurons.
 GRAPHS_2X2 = ("bernoulli", "fixed")
-STARTS_2X2 = ("random", "kick", "rest")
 PROTOCOL = dict(transient_ms=200.0, window_ms=1000.0, bin_ms=5.0)
 STATS = ("rate", "cv", "fano", "short_isi")
-LABELS = dict(
-    rate="rate (Hz)", cv="CV of ISI", fano="Fano, 5 ms", short_isi="ISI < 10 ms"
-)
 
 FORMS_SCHEMA = "shardbook.coba-forms/1"
 DT_SCHEMA = "shardbook.coba-dt/1"
 REFERENCE_SCHEMA = "shardbook.coba-reference/1"
 TIMING_SCHEMA = "shardbook.coba-brian2-timing/1"
-
-
-def cell(graph: str, start: str, sizes=(3200, 800)) -> dict:
-    """``build`` arguments of one cell of the graph x start design."""
-    return dict(graph=graph, start=start, sizes=tuple(sizes))
 
 
 def window_stats(raster, dt: float = DT, protocol=PROTOCOL) -> dict:
@@ -111,46 +99,6 @@ def window_stats(raster, dt: float = DT, protocol=PROTOCOL) -> dict:
         isi_hist=isi_histogram(window, dt).tolist(),
         rate_10ms=np.round(population_rate(r[:stop], 10.0, dt), 3).tolist(),
         spikes=int(window.sum()),
-    )
-
-
-def measure(
-    seed: int,
-    devices=None,
-    dt: float = DT,
-    conn: str = "event",
-    protocol=PROTOCOL,
-    **network,
-) -> dict:
-    """Build ``network`` (``build`` arguments) with ``seed`` on ``devices`` (default:
-    the first device), run the transient and the window, and return :func:`window_stats`
-    with the run's description."""
-    import jax
-
-    from .network import build
-    from .run import Simulation
-
-    devs = jax.devices()[:1] if devices is None else devices
-    net = build(devs, seed=seed, dt=dt, conn=conn, **network)
-    sim = Simulation(net, record=("spike",))
-    steps = int(round((protocol["transient_ms"] + protocol["window_ms"]) / dt))
-    out = sim.run(steps)
-    raster = np.concatenate(
-        [np.asarray(out[f"{p}.spike"]) for p in net.populations], axis=1
-    )
-    finite = all(
-        bool(np.isfinite(np.asarray(p.V.value)).all()) for p in net.populations.values()
-    )
-    return dict(
-        graph=net.graph,
-        start=net.start,
-        sizes=[net.n_exc, net.n_inh],
-        neurons=raster.shape[1],
-        seed=seed,
-        dt=dt,
-        conn=conn,
-        finite=finite,
-        **window_stats(raster, dt, protocol),
     )
 
 
@@ -215,19 +163,6 @@ def held_out(bound_runs, held_runs, **kw) -> dict:
         s: (sum(lo <= r["stats"][s] <= hi for r in held_runs), len(held_runs))
         for s, (lo, hi) in b.items()
     }
-
-
-def rate_check(
-    spikes: int,
-    neurons: int,
-    window_ms: float,
-    bounds: dict,
-    what: str = "rate after the transient",
-) -> tuple[float, str]:
-    """The rate (Hz) of ``spikes`` in a window of ``window_ms`` and its verdict against
-    ``bounds["rate"]`` (raises if outside).  For runs that record only counts."""
-    rate = spikes / neurons / (window_ms * 1e-3)
-    return rate, check(dict(rate=rate), bounds, what, names=("rate",))
 
 
 # ------------------------------------------------------------------ summaries

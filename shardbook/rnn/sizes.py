@@ -9,10 +9,9 @@ This module imports neither JAX nor BrainPy.
 """
 from __future__ import annotations
 
-__all__ = ["BF16", "F32", "grad_bytes", "weight_bytes", "weight_count"]
+__all__ = ["F32", "grad_bytes", "weight_bytes", "weight_count"]
 
 F32 = 4     # bytes of a float32
-BF16 = 2    # bytes of a bfloat16
 
 
 # region: rnn.bytes
