@@ -4,6 +4,7 @@
   python ci/record.py --junit DIR       write it with the run times of the test run
                                         (the JUnit XML that ./ci/test's jobs wrote)
   python ci/record.py --check-html F    fail unless the built page F shows run times
+  python ci/record.py --times DIR       print each notebook's time and result
 
 The page book/record.md includes the generated file book/_generated/record.md: the
 versions, the run times, what a real GPU measured and which pages ran on which GPU
@@ -22,8 +23,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import junit
 import notebooks as nbs
-import pool
 
 from shardbook import gpudata
 from shardbook.gpudata import gpu_data
@@ -76,34 +77,37 @@ def git_commit() -> str:
         return "unknown"
 
 
-def times_table(junit_dir: Path) -> list[str]:
-    """The run-times section, from the JUnit XML of each notebook's job."""
+def time_rows(junit_dir: Path) -> list[str]:
+    """One table row per notebook, in reading order, from a test run's JUnit XML
+    (``notebooks.xml``, then ``notebooks-rerun.xml`` for what ran again); the total."""
+    xmls = [junit_dir / f"{n}.xml" for n in ("notebooks", "notebooks-rerun")]
+    runs = junit.notebooks(*[x for x in xmls if x.exists()])
     rows, total = [], 0.0
-    for path in nbs.notebooks():
-        xml = junit_dir / pool.junit_name(str(path))
-        if not xml.exists():
+    for path in nbs.relative(nbs.notebooks()):
+        if path not in runs:
             continue
-        suite = pool.read_junit(xml)
-        total += suite.seconds
-        status = ("passed" if suite.passed
-                  else f"FAILED ({suite.failures} of {suite.tests} cells)")
-        rows.append(f"| `{nbs.relative([path])[0]}` | {suite.seconds:.0f} | {status} |")
+        nb = runs[path]
+        total += nb.seconds
+        status = ("passed" if nb.passed
+                  else f"FAILED ({len(nb.failures)} of {nb.cells} cells)")
+        rows.append(f"| `{path}` | {nb.seconds:.0f} | {status} |")
+    return rows + [f"| **total** | {total:.0f} | |"] if rows else []
+
+
+def times_table(junit_dir: Path) -> list[str]:
+    """The run-times section of the record page."""
+    rows = time_rows(junit_dir)
     if not rows:
         return []
-    run = junit_dir / "run.json"
-    how = ""
-    if run.exists():
-        r = json.loads(run.read_text())
-        how = (f" The {r['jobs']} jobs of the run (notebooks and helper tests) ran "
-               f"{r['workers']} at a time on {r['cores']} CPU cores, in "
-               f"{r['wall_s']:.0f} s; a notebook's time includes what ran beside it.")
     return [
         "", f"## {TIMES_HEADING}", "",
         "Each notebook executed top to bottom in a fresh kernel under strict nbval "
         "(every stored output compared with the fresh run); the times are pytest's "
-        "(JUnit XML)." + how, "",
+        f"(JUnit XML). pytest-xdist ran {os.environ.get('BOOK_TEST_WORKERS', '2')} "
+        f"notebooks at a time on {os.cpu_count()} CPU cores, after the helper tests "
+        "and beside the book build: a notebook's time includes what ran beside it.",
+        "",
         TIMES_HEADER, "| --- | ---: | --- |", *rows,
-        f"| **total** | {total:.0f} | |",
     ]
 
 
@@ -268,7 +272,11 @@ def main() -> int:
     ap.add_argument("--ensure", action="store_true")
     ap.add_argument("--junit", type=Path, help="the JUnit XML folder of a test run")
     ap.add_argument("--check-html", type=Path)
+    ap.add_argument("--times", type=Path, help="print the run times of that folder")
     args = ap.parse_args()
+    if args.times:
+        print("\n".join([TIMES_HEADER, *time_rows(args.times)]))
+        return 0
     if args.check_html:
         return check_html(args.check_html)
     if args.ensure and OUT.exists() and TIMES_HEADER in OUT.read_text():

@@ -713,9 +713,8 @@ def main(argv=None) -> int:
                     help="pages to run under lax nbval, each PATH or PATH=SECONDS "
                     "(default: on a GPU the quick start and the four core chapters, "
                     "then every other page of _toc.yml; none in a dry run)")
-    ap.add_argument("--notebook-timeout", type=float, default=120,
-                    help="a page's least timeout (more where ci/estimates.json says "
-                    "it takes longer on the CPU)")
+    ap.add_argument("--notebook-timeout", type=float, default=180,
+                    help="a page's timeout, unless PAGE=S gives its own")
     ap.add_argument("--phases", type=lambda t: t.split(","),
                     default=list(gpudata.PHASES),
                     help="comma-separated, of " + ",".join(gpudata.PHASES)

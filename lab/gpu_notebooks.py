@@ -27,9 +27,9 @@ notebook of ``_toc.yml`` in reading order, while the run's budget lasts.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +39,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
 import notebooks as nbs  # noqa: E402  (ci/notebooks.py)
-import pool  # noqa: E402  (ci/pool.py)
 
 # the readers of the GPU data files, shared with the record page
 from record import DATA_DIR, MODE, crossover_lines, data_files, executed_pages  # noqa: E402, F401  (ci/record.py)
@@ -49,7 +48,6 @@ PRIORITY = ("book/00-quick-start.ipynb", "book/01-devices-and-shards.ipynb",
             "book/02-data-parallelism.ipynb", "book/03a-hidden-split.ipynb",
             "book/04a-same-network.ipynb")
 MIN_TIMEOUT_S = 5.0      # a page given less than this is skipped (budget)
-ESTIMATE_FACTOR = 3.0    # a page's timeout: 3 x its CPU time (ci/estimates.json) ...
 ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*[A-Za-z]")
 PASSED = re.compile(r"::(Cell \d+) (PASSED|FAILED|SKIPPED|ERROR)")
 
@@ -71,14 +69,23 @@ def parse_page(spec: str) -> tuple[str, float | None]:
     return spec, None
 
 
-def page_timeout(path: str, default: float) -> float:
-    """A page's own timeout: ``ESTIMATE_FACTOR`` x its CPU time on CI
-    (``ci/estimates.json``), and at least ``default``."""
+def kill_tree(pid: int) -> None:
+    """SIGKILL a page's pytest and every process it started, including its kernel,
+    which jupyter_client starts in a session of its own; returns once they have ended
+    (or after 10 s)."""
+    import psutil  # pinned in requirements.txt
+
     try:
-        est = json.loads(pool.ESTIMATES.read_text())["seconds"].get(Path(path).stem)
-    except (OSError, ValueError, KeyError):
-        est = None
-    return max(default, ESTIMATE_FACTOR * est) if est else default
+        tree = psutil.Process(pid).children(recursive=True)
+        os.killpg(pid, signal.SIGKILL)
+    except (psutil.NoSuchProcess, ProcessLookupError):  # it has just ended
+        tree = []
+    for child in tree:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=10)
 
 
 # ---------------------------------------------------------------- one page
@@ -121,7 +128,7 @@ def run_page(path: str, timeout: float, env: dict, junit_dir: Path) -> dict:
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            pool.kill_tree(proc.pid)     # pytest, and the kernel in its own session
+            kill_tree(proc.pid)     # pytest, and the kernel in its own session
             proc.wait()
             rc = None
         log.seek(0)
@@ -177,7 +184,7 @@ def run_pages(specs: list[str], budget_left, default_timeout: float, dry: bool,
                                  timeout_s=0.0, why="not in this tree"))
                 log(f"[notebooks] {path}: skipped (not in this tree)")
                 continue
-            want = own if own is not None else page_timeout(path, default_timeout)
+            want = own if own is not None else default_timeout
             left = budget_left()
             timeout = min(want, left)
             if timeout < MIN_TIMEOUT_S:

@@ -28,7 +28,6 @@ import background  # noqa: E402
 import browser_test  # noqa: E402
 import check_notebooks  # noqa: E402
 import notebooks as nbs  # noqa: E402
-import pool  # noqa: E402
 import record  # noqa: E402
 import site_fixes  # noqa: E402
 
@@ -257,30 +256,31 @@ def test_record_without_timings_ships_no_placeholder(tmp_path):
     assert "Run times come from the test run" in page
 
 
-def _junit(path: Path, seconds: float, tests: int, failures: int = 0) -> None:
+def _junit(path: Path, cells: dict) -> None:
+    """A JUnit XML file as nbval writes it: ``{notebook: [(seconds, failed), ...]}``."""
     cases = "".join(
-        f'<testcase classname="book.x" name="Cell {i}" time="0.1"/>'
-        for i in range(tests)
-    )
-    path.write_text(
-        f'<?xml version="1.0" encoding="utf-8"?><testsuites>'
-        f'<testsuite name="pytest" errors="0" failures="{failures}" '
-        f'skipped="0" tests="{tests}" time="{seconds}">{cases}'
-        f"</testsuite></testsuites>"
-    )
+        f'<testcase classname="{nb.replace("/", ".")}" name="Cell {i}" time="{t}">'
+        + ('<failure message="Cell outputs differ"/>' if bad else "") + "</testcase>"
+        for nb, rows in cells.items() for i, (t, bad) in enumerate(rows))
+    path.write_text(f'<?xml version="1.0" encoding="utf-8"?><testsuites>'
+                    f'<testsuite name="pytest">{cases}</testsuite></testsuites>')
 
 
 def test_record_with_timings_shows_them(tmp_path):
-    """The run times come from the JUnit XML of each notebook's job."""
-    first, second = NOTEBOOKS[:2]
-    _junit(tmp_path / pool.junit_name(str(first)), 12.4, 30)
-    _junit(tmp_path / pool.junit_name(str(second)), 29.7, 20, failures=2)
+    """The run times come from the JUnit XML of the notebooks' run, and a rerun's
+    result replaces the first."""
+    first, second, third = nbs.relative(NOTEBOOKS[:3])
+    _junit(tmp_path / "notebooks.xml", {first: [(6.2, False)] * 2,
+                                        second: [(9.9, False)] * 3,
+                                        third: [(1.0, True), (1.0, False)]})
+    _junit(tmp_path / "notebooks-rerun.xml", {second: [(9.9, False), (0.0, True)]})
     out = tmp_path / "record.md"
     record.write(tmp_path, out)
     text = out.read_text()
-    assert record.TIMES_HEADER in text and "| **total** | 42 | |" in text
-    assert f"| `book/{first.name}` | 12 | passed |" in text
-    assert f"| `book/{second.name}` | 30 | FAILED (2 of 20 cells) |" in text
+    assert record.TIMES_HEADER in text and "| **total** | 24 | |" in text
+    assert f"| `{first}` | 12 | passed |" in text
+    assert f"| `{second}` | 10 | FAILED (1 of 2 cells) |" in text
+    assert f"| `{third}` | 2 | FAILED (1 of 2 cells) |" in text
     html = tmp_path / "record.html"
     html.write_text(f"<h2>{record.TIMES_HEADING}</h2><table><td>12</td></table>")
     assert record.check_html(html) == 0

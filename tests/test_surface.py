@@ -174,16 +174,28 @@ def test_a_module_listed_public_can_be_imported():
         importlib.import_module(f"shardbook.{name}")
 
 
-def test_no_page_imports_lab():
-    """lab/ writes book/data/; the pages read the data, never the scripts."""
+def _lab_imports(path: Path, code: str, scripts: set) -> list[str]:
+    """The imports of lab/ scripts in one file's code."""
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                 else [])
+        found += [f"{path.name}: {n}" for n in names
+                  if n.split(".")[0] in scripts | {"lab"}]
+    return found
+
+
+def test_no_page_nor_ci_script_imports_lab():
+    """lab/ writes book/data/; the pages and ci/ read the data, never the scripts (ci/
+    runs on CI's clone, lab/ by hand or on a GPU)."""
     scripts = {p.stem for p in (ROOT / "lab").glob("*.py")}
     found = []
     for path in sorted((ROOT / "book").glob("*.ipynb")):
-        for node in ast.walk(ast.parse(_notebook_code(path))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom)
-                     else [])
-            found += [f"{path.name}: {n}" for n in names
-                      if n.split(".")[0] in scripts | {"lab"}]
+        found += _lab_imports(path, _notebook_code(path), scripts)
+    for path in sorted((ROOT / "ci").glob("*.py")):
+        found += _lab_imports(path, path.read_text(), scripts)
     assert not found, found
     assert scripts, "lab/ has no scripts"
+    planted = _lab_imports(ROOT / "ci" / "x.py", "import coba_cli\n", scripts)
+    assert planted == ["x.py: coba_cli"]
