@@ -23,7 +23,11 @@ ensure_env() {
   # the packages provided another way). Nothing is installed or checked.
   if [[ "${BOOK_NO_INSTALL:-0}" == 1 ]]; then
     echo "[env] BOOK_NO_INSTALL=1: using $(command -v python3) as it is"
-    mkdir -p "$ROOT/.out/bin"; ln -sf "$(command -v python3)" "$ROOT/.out/bin/python"; export PATH="$ROOT/.out/bin:$PATH"
+    # "python" runs that python3 by its own path (a symbolic link would hide a virtual
+    # environment's python3 from its environment)
+    mkdir -p "$ROOT/.out/bin"
+    printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v python3)" > "$ROOT/.out/bin/python"
+    chmod +x "$ROOT/.out/bin/python"; export PATH="$ROOT/.out/bin:$PATH"
     export PYTHONHASHSEED=0 PYDEVD_DISABLE_FILE_VALIDATION=1 TF_CPP_MIN_LOG_LEVEL=2
     return
   fi

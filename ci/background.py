@@ -3,7 +3,7 @@
 A full strict ``./ci/test`` run as root starts one ``apt-get install`` of what is
 missing (Debian's chromium for the browser tests, slurm-wlm for the SLURM recipe
 test) in its first second, so that the install overlaps the environment set-up and
-the first jobs instead of adding its minutes at the end.  It names the file that
+the first tests instead of adding its minutes at the end.  It names the file that
 will hold the install's exit status in ``BOOK_APT_INSTALL``; whoever needs a package
 calls :func:`wait_for_install` first.
 

@@ -2,7 +2,7 @@
 
   python ci/record.py --ensure          keep a test run's record, else write one
   python ci/record.py --junit DIR       write it with the run times of the test run
-                                        (the JUnit XML that ./ci/test's jobs wrote)
+                                        (the JUnit XML that ./ci/test's pytest wrote)
   python ci/record.py --check-html F    fail unless the built page F shows run times
   python ci/record.py --times DIR       print each notebook's time and result
 
@@ -275,7 +275,9 @@ def main() -> int:
     ap.add_argument("--times", type=Path, help="print the run times of that folder")
     args = ap.parse_args()
     if args.times:
-        print("\n".join([TIMES_HEADER, *time_rows(args.times)]))
+        rows = time_rows(args.times)   # none for notebooks outside _toc.yml
+        if rows:
+            print("\n".join([TIMES_HEADER, *rows]))
         return 0
     if args.check_html:
         return check_html(args.check_html)

@@ -2,8 +2,10 @@
 outputs (ci/junit.py): an exception or a timeout is never rerun away.  The JUnit XML
 here is nbval's own, from planted notebooks, so a change of nbval's messages fails."""
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import junit  # ci/junit.py: conftest.py puts ci/ on the path
 import nbformat
@@ -19,11 +21,11 @@ def _notebook(path, *cells):
     nbformat.write(nb, path)
 
 
-def _run(tmp_path, *names):
+def _run(tmp_path, *names, flags=()):
     xml = tmp_path / "notebooks.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    "--nbval", "--nbval-current-env", f"--junitxml={xml}", *names],
-                   cwd=tmp_path, capture_output=True, timeout=300)
+                    "--nbval", "--nbval-current-env", f"--junitxml={xml}", *flags,
+                    *names], cwd=tmp_path, capture_output=True, timeout=300)
     return xml
 
 
@@ -33,24 +35,30 @@ def test_only_a_notebook_with_differing_outputs_alone_is_rerun(tmp_path):
     _notebook(book / "ok.ipynb", ("print(1)", "1\n"))
     _notebook(book / "differs.ipynb", ("print(1)", "2\n"), ("print(3)", "3\n"))
     _notebook(book / "raises.ipynb", ("print(1)", "2\n"), ("1 / 0", ""))
-    xml = _run(tmp_path, "book/ok.ipynb", "book/differs.ipynb")
+    _notebook(book / "hangs.ipynb", ("print(1)", "2\n"),
+              ("import time; time.sleep(60)", ""))
+    xml = _run(tmp_path, *(f"book/{n}.ipynb" for n in ("ok", "differs", "raises",
+                                                        "hangs")),
+               flags=["--nbval-cell-timeout=2"])
     runs = junit.notebooks(xml)
     assert runs["book/ok.ipynb"].passed and runs["book/differs.ipynb"].cells == 2
-    assert junit.rerun(xml) == ["book/differs.ipynb"]
-    # an exception anywhere: no rerun, for that notebook nor for any other
-    xml = _run(tmp_path, "book/differs.ipynb", "book/raises.ipynb")
-    assert not junit.output_only(junit.notebooks(xml)["book/raises.ipynb"])
+    assert runs["book/differs.ipynb"].failures == [junit.MISMATCH]
+    assert junit.output_only(runs["book/differs.ipynb"])
+    # an exception, a timeout: not a mismatch alone, and then no notebook is rerun
+    assert runs["book/raises.ipynb"].failures[1] == "Cell execution caused an exception"
+    assert runs["book/hangs.ipynb"].failures[1].startswith("Timeout of 2 s")
+    assert not junit.output_only(runs["book/raises.ipynb"])
+    assert not junit.output_only(runs["book/hangs.ipynb"])
     assert junit.rerun(xml) is None
-    assert junit.rerun(_run(tmp_path, "book/ok.ipynb")) is None  # nothing failed
 
 
-def test_a_rerun_replaces_the_first_result(tmp_path):
-    book = tmp_path / "book"
-    book.mkdir()
-    _notebook(book / "a.ipynb", ("print(1)", "2\n"))
-    first = _run(tmp_path, "book/a.ipynb")
-    again = first.rename(tmp_path / "first.xml")
-    _notebook(book / "a.ipynb", ("print(1)", "1\n"))
-    second = _run(tmp_path, "book/a.ipynb")
-    assert not junit.notebooks(again)["book/a.ipynb"].passed
-    assert junit.notebooks(again, second)["book/a.ipynb"].passed
+def test_a_notebook_is_named_by_its_path_even_with_a_dot(tmp_path):
+    """The repository's conftest.py records each cell's notebook; pytest's class name
+    (dots for slashes) would turn book/v1.2-x.ipynb into book/v1/2-x.ipynb.  Its only
+    failure, differing outputs, is one to run again."""
+    shutil.copy(Path(__file__).resolve().parents[1] / "conftest.py", tmp_path)
+    (tmp_path / "book").mkdir()
+    _notebook(tmp_path / "book" / "v1.2-x.ipynb", ("print(1)", "2\n"))
+    xml = _run(tmp_path, "book/v1.2-x.ipynb")
+    assert list(junit.notebooks(xml)) == ["book/v1.2-x.ipynb"]
+    assert junit.rerun(xml) == ["book/v1.2-x.ipynb"]

@@ -1,0 +1,77 @@
+"""./ci/test itself, on planted notebooks: what a contributor relies on when it fails.
+
+* an unknown option or a bad number is refused before anything runs;
+* a notebook whose outputs differ runs once more, and still fails if it differs again;
+  no notebook runs again when one raises or hangs;
+* a cell that hangs fails at ``BOOK_TEST_TIMEOUT_S``, and the run goes on.
+
+The planted notebooks print, sleep or raise; they import nothing of the book's, so the
+runs take seconds.  ``BOOK_NO_INSTALL=1``: the environment is this test's own.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _notebook(path, *cells):
+    """A notebook of (source, stored stdout) code cells, as if executed."""
+    nb = nbformat.v4.new_notebook()
+    for i, (source, stored) in enumerate(cells, 1):
+        cell = nbformat.v4.new_code_cell(source, execution_count=i)
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored)]
+        nb.cells.append(cell)
+    nbformat.write(nb, path)
+    return str(path)
+
+
+@pytest.fixture
+def planted():
+    """A folder for planted notebooks inside the repository (under _build/, which git
+    ignores), where its conftest.py names each cell's notebook, as for the book's."""
+    (ROOT / "_build").mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="planted-", dir=ROOT / "_build"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _ci_test(*args, **env):
+    env = {**os.environ, "BOOK_NO_INSTALL": "1", "BOOK_TEST_WORKERS": "1", **env,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([str(ROOT / "ci" / "test"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_bad_options_are_refused_first():
+    for args, env, said in ((["--bogus"], {}, "unknown option --bogus"),
+                            (["--devices", "0"], {}, "usage: ./ci/test --devices N"),
+                            (["--devices", "2"], {"BOOK_TEST_TIMEOUT_S": "10m"},
+                             "BOOK_TEST_TIMEOUT_S=10m")):
+        run = _ci_test(*args, **env)
+        assert run.returncode == 2 and said in run.stderr, run.stderr
+        assert "[env]" not in run.stdout   # refused before the environment
+
+
+def test_differing_outputs_run_once_more_and_a_timeout_or_exception_does_not(planted):
+    ok = _notebook(planted / "ok.ipynb", ("print(1)", "1\n"))
+    differs = _notebook(planted / "differs.ipynb", ("print(1)", "2\n"))
+    raises = _notebook(planted / "raises.ipynb", ("1 / 0", ""))
+    hangs = _notebook(planted / "hangs.ipynb", ("import time; time.sleep(600)", ""),
+                      ("print(1)", "1\n"))
+    run = _ci_test("--portable", ok, differs)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"run once more: {Path(differs).relative_to(ROOT)}" in run.stdout
+    assert "FAILED: notebooks" in run.stderr
+    # a hung cell fails at BOOK_TEST_TIMEOUT_S, and the run goes on to the next notebook
+    run = _ci_test("--portable", differs, raises, hangs, BOOK_TEST_TIMEOUT_S="3")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "Timeout of 3 seconds exceeded" in run.stdout
+    assert "ZeroDivisionError" in run.stdout and "run once more" not in run.stdout
