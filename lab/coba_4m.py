@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 import coba_cli  # lab/coba_cli.py
+import provenance  # lab/provenance.py
 from coba_regimes import machine  # lab/coba_regimes.py
 
-from shardbook import provenance
 from shardbook.hlo import Program
 
 ROOT = Path(__file__).resolve().parent.parent

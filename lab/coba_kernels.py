@@ -34,7 +34,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
     coba_cli.book(devices=1)   # the devices first, then BrainPy
-    from shardbook import coba, provenance
+    import provenance  # lab/provenance.py
+
+    from shardbook import coba
     if not coba.kernels.available():
         raise SystemExit(f"the CPU kernels are off here: {coba.kernels.why_not()}")
     rows = []

@@ -519,7 +519,7 @@ def summarize(data) -> list[dict]:
 
 
 def _start(args, schema, resume=True) -> dict:
-    from shardbook.provenance import provenance
+    from provenance import provenance  # lab/provenance.py
 
     command = "python lab/coba_reference.py " + " ".join(
         shlex.quote(a) for a in (args.argv if args.argv is not None else sys.argv[1:])

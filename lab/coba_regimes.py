@@ -103,9 +103,10 @@ def main(argv=None) -> int:
     )
 
     coba_cli.book(devices=1)   # the devices first, then BrainPy
+    from provenance import provenance  # lab/provenance.py
+
     from shardbook import coba
     from shardbook.coba import regimes
-    from shardbook.provenance import provenance
 
     schema = regimes.FORMS_SCHEMA if args.what == "forms" else regimes.DT_SCHEMA
     jobs = plan_forms(args, regimes) if args.what == "forms" else plan_dt(args, regimes)

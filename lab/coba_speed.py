@@ -39,8 +39,9 @@ from pathlib import Path
 
 import coba_cli  # lab/coba_cli.py
 import numpy as np
+import provenance  # lab/provenance.py
 
-from shardbook import gputarget, provenance
+from shardbook import gputarget
 from shardbook.hlo import Program
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -48,7 +48,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from shardbook import book, child, provenance  # noqa: E402  (none starts JAX)
+import provenance  # noqa: E402  (lab/provenance.py)
+
+from shardbook import book, child  # noqa: E402  (neither starts JAX)
 
 SCHEMA = "shardbook.coba-scaling/1"
 REGIME_SCHEMA = "shardbook.coba-regimes/1"

@@ -76,14 +76,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "ci"))
 
 import gpu_notebooks  # noqa: E402  (the pages under lax nbval; no JAX either)
-
-# book and the helpers that import neither JAX nor BrainPy
-from shardbook import book, child, gpudata, gputarget, hardware, memory  # noqa: E402
-from shardbook.provenance import (  # noqa: E402
+from provenance import (  # noqa: E402  (lab/provenance.py)
     gpu_driver,
     provenance as measured_provenance,  # noqa: E402
     version,
 )
+
+# book and the helpers that import neither JAX nor BrainPy
+from shardbook import book, child, gpudata, gputarget, hardware, memory  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 BUDGET_S = 480                    # 8 minutes on one H200, everything included

@@ -14,7 +14,9 @@ import platform
 import sys
 from pathlib import Path
 
-from shardbook import provenance, verify
+import provenance  # lab/provenance.py
+
+from shardbook import verify
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
 import notebooks as nbs  # noqa: E402  (ci/notebooks.py)

@@ -10,7 +10,6 @@ Modules:
   expect    what each compiler is expected to do with the book's steps (one table)
   memory    compiled memory analysis and predicted-versus-measured ledgers
   plotting  ownership and bytes-per-device plots
-  provenance  where and with what a measurement was made (for data files)
   rnn       the RNN of BrainPy issue #641: model, pure steps, variants, bytes
             (chapters 2, 3, 5)
   coba      the COBA-HH network, its memory model and time model (chapter 4)

@@ -44,7 +44,6 @@ MODULES = {
     "memory": "memory analysis and ledgers",
     "verify": "equivalence checks with stated tolerances",
     "plotting": "ownership and bytes-per-device plots",
-    "provenance": "where a measurement was made, for data files",
     "compiles": "counting compilations (jax.monitoring)",
     "rnn": "the RNN of the discussion, its steps and bytes",
     "train_memory": "the RNN's training memory model",

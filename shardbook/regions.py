@@ -7,7 +7,7 @@ without a test noticing.  A region is marked in the source with two comment line
 (``shardbook/rnn/model.py`` marks ``rnn.state`` around the state that
 ``bp.init.variable`` makes).  The marker lines are not shown.  Regions may nest; a
 region's text has the markers of the regions inside it removed.  Names are unique
-across the package (``tests/test_regions.py`` checks that every region a notebook
+across the package (``tests/test_doorway.py`` checks that every region a notebook
 names exists, and that every marker is closed).  This module imports neither JAX
 nor BrainPy.
 """

@@ -83,7 +83,8 @@ def _json(x):
 
 def describe(sim) -> dict:
     """What the checkpoint of ``sim`` says about its network (the JSON item)."""
-    from ..provenance import version
+    from importlib.metadata import version
+
     from .connectivity import fingerprint
 
     net = sim.net

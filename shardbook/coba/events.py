@@ -30,6 +30,11 @@ import brainpy.math as bm
 from .once import once_jit
 from .parameters import NEURON
 
+__all__ = [
+    "CHUNK_FRACTION", "local_csr", "rows_capacity", "random_rows", "deliver",
+    "chunk_size", "EventCSR"
+]
+
 CHUNK_FRACTION = 1 / 256  # a chunk covers this fraction of a device's synapses
 
 

@@ -17,6 +17,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+__all__ = ["API_VERSION", "compact", "push"]
+
 # The C API version whose struct layout the offsets below were checked against (jaxlib
 # 0.10.2 ships 0.3), and that the handlers answer XLA's handshake with.  On another
 # version, or a 32-bit platform, kernels registers nothing: the push delivery uses its

@@ -16,6 +16,15 @@ from .network import COBAHH
 from .parameters import K_EXC, K_INH
 from .push import SPIKE_CAPACITY, gathered_ids
 
+__all__ = [
+    "STATE_BYTES_PER_NEURON", "SPIKE_BYTES_PER_NEURON", "INDEX_BYTES_PER_SYNAPSE",
+    "SYNAPSES_PER_NEURON", "PUSH_COUNTER_BYTES", "conn_bytes_total", "event_bytes",
+    "TEMPORARIES", "GPU_BYTES_PER_EVENT_SLOT", "gathered_bytes",
+    "TEMPORARY_SLACK_BYTES", "TEMPORARY_SLACK_FRACTION", "predict", "peak_tolerance",
+    "fit_bytes_per_device", "net_arrays", "measured_bytes", "compiled_stats",
+    "model_bytes"
+]
+
 # V, m, h, n and the two conductances g_e, g_i: float32
 STATE_BYTES_PER_NEURON = 4 * 4 + 2 * 4
 # last step's spikes (bool): the one-step synaptic delay

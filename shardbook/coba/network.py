@@ -61,6 +61,8 @@ from .randomness import (
     zeros_variable as _zeros,
 )
 
+__all__ = ["HH", "FixedInDegree", "COBAHH", "build"]
+
 
 # ----------------------------------------------------------------------- the neuron
 class HH(bp.dyn.NeuDyn):

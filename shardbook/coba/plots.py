@@ -1,6 +1,8 @@
 """Plots of chapter 4's measurements."""
 from __future__ import annotations
 
+__all__ = ["plot_time_model"]
+
 
 def plot_time_model(curves: dict, ax=None, total_only: bool = False):
     """Predicted time per step against devices (``coba.timemodel.curve`` data, one per

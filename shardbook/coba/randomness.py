@@ -18,6 +18,11 @@ import brainpy.math as bm
 from .once import compile_once
 from .parameters import GE0_MEAN, GE0_SD, GI0_MEAN, GI0_SD, NEURON, V0_MEAN, V0_SD
 
+__all__ = [
+    "sharded_random", "random_state", "random_state_axes", "bernoulli_sources",
+    "bernoulli_k_max", "replicated_any", "zeros_variable"
+]
+
 
 # region: coba.sharded-random
 def sharded_random(fn, key, axis_names, *static):

@@ -13,6 +13,11 @@ from .network import COBAHH
 from .parameters import DT
 from .randomness import _zeros_of
 
+__all__ = [
+    "Simulation", "rate_hz", "cv_isi", "isis_ms", "ISI_EDGES_MS", "isi_histogram",
+    "population_rate", "fano_factor", "regime"
+]
+
 
 class Simulation:
     """Compile the network's time loop once, then run it in chunks.
