@@ -84,9 +84,11 @@ PY
 
 # A full build: every page read and written again (no cached doctrees), so that every
 # warning of every page fails it.
+# Each step returns on failure: set -e does not reach into a function called as part of
+# a condition (./ci/test's check).
 build_book() {
-  python ci/record.py --ensure
-  python ci/validation.py
+  python ci/record.py --ensure || return
+  python ci/validation.py || return
   rm -rf _build/html _build/.doctrees
   build_html
 }
@@ -94,7 +96,7 @@ build_book() {
 # Build what changed since the last build (./ci/test: the record page, after its run).
 build_html() {
   local t0=$SECONDS
-  jupyter-book build . --builder html -W -n --keep-going
+  jupyter-book build . --builder html -W -n --keep-going || return
   echo "[build] 0 warnings (Sphinx ran with -W -n: any warning fails the build)," \
     "$((SECONDS - t0)) s"
   echo "[build] open: $ROOT/_build/html/index.html"

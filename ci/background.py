@@ -1,7 +1,7 @@
 """The packages that ``./ci/test`` installs in the background (CI's fresh machine).
 
 A full strict ``./ci/test`` run as root starts one ``apt-get install`` of what is
-missing (Debian's chromium for the browser tests, slurm-wlm for the SLURM recipe
+missing (Debian's chromium for the browser tests, a one-node Slurm for the SLURM recipe
 test) in its first second, so that the install overlaps the environment set-up and
 the first tests instead of adding its minutes at the end.  It names the file that
 will hold the install's exit status in ``BOOK_APT_INSTALL``; whoever needs a package

@@ -52,6 +52,7 @@ def _ci_test(*args, **env):
 
 def test_bad_options_are_refused_first():
     for args, env, said in ((["--bogus"], {}, "unknown option --bogus"),
+                            (["--devices", "2", "--gpu"], {}, "--gpu is not a"),
                             (["--devices", "0"], {}, "usage: ./ci/test --devices N"),
                             (["--devices", "2"], {"BOOK_TEST_TIMEOUT_S": "10m"},
                              "BOOK_TEST_TIMEOUT_S=10m")):
@@ -71,7 +72,8 @@ def test_differing_outputs_run_once_more_and_a_timeout_or_exception_does_not(pla
     assert f"run once more: {Path(differs).relative_to(ROOT)}" in run.stdout
     assert "FAILED: notebooks" in run.stderr
     # a hung cell fails at BOOK_TEST_TIMEOUT_S, and the run goes on to the next notebook
-    run = _ci_test("--portable", differs, raises, hangs, BOOK_TEST_TIMEOUT_S="3")
+    run = _ci_test("--portable", hangs, raises, differs, BOOK_TEST_TIMEOUT_S="3")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "Timeout of 3 seconds exceeded" in run.stdout
     assert "ZeroDivisionError" in run.stdout and "run once more" not in run.stdout
+    assert "differs.ipynb::Cell 0" in run.stdout   # the notebooks after the hang ran

@@ -62,3 +62,30 @@ def test_a_notebook_is_named_by_its_path_even_with_a_dot(tmp_path):
     xml = _run(tmp_path, "book/v1.2-x.ipynb")
     assert list(junit.notebooks(xml)) == ["book/v1.2-x.ipynb"]
     assert junit.rerun(xml) == ["book/v1.2-x.ipynb"]
+
+
+def _xml(path, *cases):
+    """A JUnit XML file of (classname, name, failure message or None) test cases."""
+    body = "".join(
+        f'<testcase classname="{c}" name="{n}" time="1">'
+        + (f'<failure message="{m}"/>' if m else "") + "</testcase>"
+        for c, n, m in cases)
+    path.write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite>'
+                    "</testsuites>")
+    return path
+
+
+def test_nothing_is_rerun_beside_a_failure_of_no_notebook_or_a_missing_one(tmp_path):
+    # as pytest writes a message: its newlines as character references
+    mismatch = "Notebook cell execution failed&#10;Cell 0: Cell outputs differ&#10;"
+    differs = ("book.a.ipynb", "Cell 0", mismatch)
+    assert junit.rerun(_xml(tmp_path / "a.xml", differs)) == ["book/a.ipynb"]
+    # a notebook that did not collect, or pytest's own error: no notebook to name
+    stray = _xml(tmp_path / "b.xml", differs, ("", "book/b.ipynb", "SyntaxError"))
+    assert junit.stray_failures(stray) == 1 and junit.rerun(stray) is None
+    # a notebook asked for and missing from the file
+    assert junit.rerun(tmp_path / "a.xml", ["book/a.ipynb", "book/b.ipynb"]) is None
+    # a crashed worker: the cell that crashed is reported again by its successor
+    twice = _xml(tmp_path / "c.xml", differs, ("book.a.ipynb", "Cell 0", None))
+    assert junit.TWICE in junit.notebooks(twice)["book/a.ipynb"].failures
+    assert junit.rerun(twice) is None
