@@ -16,21 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import nbformat
 import pytest
+from planted import notebook  # tests/planted.py
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _notebook(path, *cells):
-    """A notebook of (source, stored stdout) code cells, as if executed."""
-    nb = nbformat.v4.new_notebook()
-    for i, (source, stored) in enumerate(cells, 1):
-        cell = nbformat.v4.new_code_cell(source, execution_count=i)
-        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored)]
-        nb.cells.append(cell)
-    nbformat.write(nb, path)
-    return str(path)
 
 
 @pytest.fixture
@@ -62,10 +51,10 @@ def test_bad_options_are_refused_first():
 
 
 def test_differing_outputs_run_once_more_and_a_timeout_or_exception_does_not(planted):
-    ok = _notebook(planted / "ok.ipynb", ("print(1)", "1\n"))
-    differs = _notebook(planted / "differs.ipynb", ("print(1)", "2\n"))
-    raises = _notebook(planted / "raises.ipynb", ("1 / 0", ""))
-    hangs = _notebook(planted / "hangs.ipynb", ("import time; time.sleep(600)", ""),
+    ok = notebook(planted / "ok.ipynb", ("print(1)", "1\n"))
+    differs = notebook(planted / "differs.ipynb", ("print(1)", "2\n"))
+    raises = notebook(planted / "raises.ipynb", ("1 / 0", ""))
+    hangs = notebook(planted / "hangs.ipynb", ("import time; time.sleep(600)", ""),
                       ("print(1)", "1\n"))
     run = _ci_test("--portable", ok, differs)
     assert run.returncode == 1, run.stdout + run.stderr

@@ -8,17 +8,7 @@ import sys
 from pathlib import Path
 
 import junit  # ci/junit.py: conftest.py puts ci/ on the path
-import nbformat
-
-
-def _notebook(path, *cells):
-    """A notebook of (source, stored stdout) code cells, as if executed."""
-    nb = nbformat.v4.new_notebook()
-    for i, (source, stored) in enumerate(cells, 1):
-        cell = nbformat.v4.new_code_cell(source, execution_count=i)
-        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored)]
-        nb.cells.append(cell)
-    nbformat.write(nb, path)
+from planted import notebook  # tests/planted.py
 
 
 def _run(tmp_path, *names, flags=()):
@@ -32,10 +22,10 @@ def _run(tmp_path, *names, flags=()):
 def test_only_a_notebook_with_differing_outputs_alone_is_rerun(tmp_path):
     book = tmp_path / "book"
     book.mkdir()
-    _notebook(book / "ok.ipynb", ("print(1)", "1\n"))
-    _notebook(book / "differs.ipynb", ("print(1)", "2\n"), ("print(3)", "3\n"))
-    _notebook(book / "raises.ipynb", ("print(1)", "2\n"), ("1 / 0", ""))
-    _notebook(book / "hangs.ipynb", ("print(1)", "2\n"),
+    notebook(book / "ok.ipynb", ("print(1)", "1\n"))
+    notebook(book / "differs.ipynb", ("print(1)", "2\n"), ("print(3)", "3\n"))
+    notebook(book / "raises.ipynb", ("print(1)", "2\n"), ("1 / 0", ""))
+    notebook(book / "hangs.ipynb", ("print(1)", "2\n"),
               ("import time; time.sleep(60)", ""))
     xml = _run(tmp_path, *(f"book/{n}.ipynb" for n in ("ok", "differs", "raises",
                                                         "hangs")),
@@ -58,7 +48,7 @@ def test_a_notebook_is_named_by_its_path_even_with_a_dot(tmp_path):
     failure, differing outputs, is one to run again."""
     shutil.copy(Path(__file__).resolve().parents[1] / "conftest.py", tmp_path)
     (tmp_path / "book").mkdir()
-    _notebook(tmp_path / "book" / "v1.2-x.ipynb", ("print(1)", "2\n"))
+    notebook(tmp_path / "book" / "v1.2-x.ipynb", ("print(1)", "2\n"))
     xml = _run(tmp_path, "book/v1.2-x.ipynb")
     assert list(junit.notebooks(xml)) == ["book/v1.2-x.ipynb"]
     assert junit.rerun(xml) == ["book/v1.2-x.ipynb"]
