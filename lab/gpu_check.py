@@ -38,7 +38,7 @@ only its phase:
    and commit it ran with.  The record page (``ci/record.py``) shows them.
 
 The file records the device, driver, versions (and how they differ from the book's
-pins), commit, date and command beside every figure; ``shardbook.gpudata.validate``
+pins), commit, date and command beside every figure; ``lab/gpu_schema.validate``
 checks it before it is written.
 
 On the lent GPU machine (no package index; Python 3.12, JAX 0.11.2 with CUDA 13):
@@ -76,6 +76,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "ci"))
 
 import gpu_notebooks  # noqa: E402  (the pages under lax nbval; no JAX either)
+import gpu_schema  # noqa: E402  (lab/gpu_schema.py: the data files' structure)
 from provenance import (  # noqa: E402  (lab/provenance.py)
     gpu_driver,
     provenance as measured_provenance,  # noqa: E402
@@ -258,7 +259,7 @@ def phase_compile(cfg: dict) -> dict:
         jobs = sizes(True)["compile"]
         progs = dict(zip(jobs, compile_here(jobs)))
         pred = prediction(jobs, list(progs.values()), "1 x CPU (dry run: this process)")
-    gpudata.validate_prediction(pred)
+    gpu_schema.validate_prediction(pred)
     rows, errors = [], []
     for name, job in pred["jobs"].items():
         prog = progs.get(name) or attempt(
@@ -582,7 +583,7 @@ def gather(args) -> dict:
             data["timing"] = {k: results["timing"][k]
                               for k in ("coba", "coba_10s", "rnn", "skipped",
                                         "errors")}
-    for name in gpudata.PHASES:
+    for name in gpu_schema.PHASES:
         if name not in wanted:
             data["phases"][name] = dict(budget_s=0.0, wall_s=0.0, status="skipped",
                                         why="not asked for (--phases)")
@@ -716,8 +717,8 @@ def main(argv=None) -> int:
     ap.add_argument("--notebook-timeout", type=float, default=180,
                     help="a page's timeout, unless PAGE=S gives its own")
     ap.add_argument("--phases", type=lambda t: t.split(","),
-                    default=list(gpudata.PHASES),
-                    help="comma-separated, of " + ",".join(gpudata.PHASES)
+                    default=list(gpu_schema.PHASES),
+                    help="comma-separated, of " + ",".join(gpu_schema.PHASES)
                     + " (default: all; the others are marked skipped)")
     ap.add_argument("--neurons", type=int, nargs="+", metavar="N",
                     help="the COBA-HH sizes of the timing (default: 4,200 to 16 M "
@@ -733,7 +734,7 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", help="the commit, where the tree has no .git")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    unknown = set(args.phases) - set(gpudata.PHASES)
+    unknown = set(args.phases) - set(gpu_schema.PHASES)
     if unknown:
         ap.error(f"--phases: no phase {', '.join(sorted(unknown))}")
     if args.child:
@@ -742,7 +743,7 @@ def main(argv=None) -> int:
         return wheels(args.wheels)
     if args.predict:
         jobs = prediction_jobs()
-        data = gpudata.validate_prediction(predict(jobs, "h200"))
+        data = gpu_schema.validate_prediction(predict(jobs, "h200"))
         path = (args.out or gpudata.DATA_DIR) / "gpu_target_h200.json"
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         print(f"wrote {path}")
@@ -757,7 +758,7 @@ def main(argv=None) -> int:
     data["provenance"]["places"] = PLACES
     path = out / f"gpu_{slug}{'_' + args.suffix if args.suffix else ''}.json"
     try:
-        gpudata.validate(data)
+        gpu_schema.validate(data)
     except gpudata.GpuDataError:
         bad = path.with_suffix(".rejected.json")
         bad.write_text(json.dumps(data, indent=1, default=str) + "\n")

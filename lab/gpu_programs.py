@@ -1,10 +1,10 @@
 """Compile the book's GPU-target programs and store them in book/data/gpu_programs/.
 
 The pages (2c, 3c, 4b, 5c, 6, 7) and the tests read these programs with
-``shardbook.gputarget.programs``; they compile nothing when the store is fresh.  A
-stored program is stale when the code its builder runs, the installed JAX and
+``shardbook.gputarget.programs``, which compiles only a job the store lacks.  A stored
+program is stale when the code its builder runs, the installed JAX and
 BrainPy family, the pinned wheels, the target's spec or the flags changed
-(``shardbook.gputarget.made_from``);
+(:func:`made_from`);
 ``tests/test_gputarget.py`` then fails and names this command.
 
     python lab/gpu_programs.py                 recompile the stale programs
@@ -18,17 +18,199 @@ a 2-core machine.
 from __future__ import annotations
 
 import argparse
+import ast
 import gzip
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from shardbook import gputarget as gt  # noqa: E402
+
+# ----------------------------------------------------- what a program is made from
+# Each stored program records what it was made from: the digest of the *code* its
+# builder runs (:func:`code_digest`: the package modules it imports, docstrings and
+# comments left out), the installed JAX and BrainPy family (:data:`TRACED_BY`), the
+# pinned wheels, the target's spec and the flags.  A stored program whose inputs
+# changed is stale: ``tests/test_gputarget.py`` fails and names this script.  Editing a
+# docstring changes nothing.
+PACKAGE = ROOT / "shardbook"
+_DIGESTS: dict[str, str] = {}
+
+
+def _module_file(name: str) -> Path | None:
+    parts = name.split(".")
+    if parts[0] != PACKAGE.name:
+        return None
+    base = PACKAGE.joinpath(*parts[1:])
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def package_imports(name: str, tree) -> set[str]:
+    """The package modules that module ``name`` imports, anywhere in its body."""
+
+    package = name if _module_file(name).name == "__init__.py" else \
+        name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in found if _module_file(m) is not None}
+
+
+def code_text(tree) -> str:
+    """The module's code as a dump of its syntax tree: no docstrings, comments or line
+    numbers.  The dump names each node and its non-empty fields (``ast.iter_fields``),
+    so that it reads the same on Python 3.11 to 3.13, whose ``ast.dump`` differ
+    (``tests/test_gputarget.py`` compares the three where they are installed)."""
+
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+
+    def dump(x) -> str:
+        if isinstance(x, ast.JoinedStr):   # 3.12 adds empty strings to format specs
+            x = ast.JoinedStr(values=[v for v in x.values if not (
+                isinstance(v, ast.Constant) and v.value == "")])
+        if isinstance(x, ast.AST):
+            fields = [f"{k}={dump(v)}" for k, v in ast.iter_fields(x)
+                      if v is not None and v != [] and k not in _NEWER_FIELDS]
+            return f"{type(x).__name__}({', '.join(fields)})"
+        if isinstance(x, list):
+            return "[" + ", ".join(dump(v) for v in x) + "]"
+        return repr(x)
+
+    return dump(tree)
+
+
+# fields that newer Pythons add to old nodes (3.12: type parameters of a def or class)
+_NEWER_FIELDS = ("type_params", "type_comment")
+
+
+def source_of(module: str) -> str:
+    """The source text of a package module (``shardbook.rnn`` is its ``__init__``)."""
+    return _module_file(module).read_text()
+
+
+def code_digest(module: str, read=None) -> str:
+    """The digest of the code that ``module`` runs: it and every package module it
+    imports, transitively (functions' own imports included), with the ``__init__`` of
+    every package on the way, as :func:`code_text` reads them.  A docstring or a
+    comment does not change it; a changed line of code does.  ``read``: a function of
+    a module's name that gives its source (default :func:`source_of`)."""
+
+    if read is None and module in _DIGESTS:
+        return _DIGESTS[module]
+    read = read or source_of
+    seen, todo = set(), [module, gt.__name__]   # it compiles every job
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(package_imports(name, ast.parse(read(name))))
+        # importing a.b.c runs the __init__ of a and of a.b first
+        parts = name.split(".")
+        todo.extend(".".join(parts[:k]) for k in range(1, len(parts)))
+    h = hashlib.sha256()
+    for name in sorted(seen):
+        code = code_text(ast.parse(read(name)))
+        h.update(name.encode() + b"\0" + code.encode() + b"\0")
+    digest = h.hexdigest()[:16]
+    if read is source_of:
+        _DIGESTS[module] = digest
+    return digest
+
+
+def _flags(target: str) -> list[str]:
+    """XLA_FLAGS that can change ``target``'s program.  The simulated device count
+    never does, nor the vector ISA (the portability gate's); XLA:CPU's other flags
+    change only an XLA:CPU program."""
+    skip = ("--xla_force_host_platform", "--xla_cpu_max_isa")
+    if target != "cpu":
+        skip += ("--xla_cpu_",)
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    return [f for f in flags if not f.startswith(skip)]
+
+
+# The installed packages a builder's program depends on besides the book's own code:
+# JAX, BrainPy and what BrainPy requires
+TRACED_BY = ("jax", "jaxlib", "brainpy", "brainstate", "brainevent", "brainunit",
+             "braintools", "brainpy_state", "numpy", "ml_dtypes", "opt_einsum")
+
+
+def _versions() -> str:
+
+    def version(p):
+        try:
+            return metadata.version(p)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    return " ".join(f"{p}=={version(p)}" for p in TRACED_BY)
+
+
+def made_from(job: dict) -> dict:
+    """What a compile of ``job`` depends on, as a stored program records it: the code
+    its builder runs, the installed JAX and BrainPy family (:data:`TRACED_BY`), the
+    pinned wheels, the GPU flags and the target's spec."""
+    job = gt.normal_job(job)
+    target = job["target"]
+    return {"code": code_digest(job["builder"].partition(":")[0]),
+            "versions": _versions(), "wheels": gt.wheels_stamp(),
+            "flags": " ".join(_flags(target)),
+            "spec": "" if target == "cpu" else
+            hashlib.sha256(gt.spec_text(target).encode()).hexdigest()[:16]}
+
+
+def stored(job: dict, folder=None) -> dict | None:
+    """The stored answer of ``job`` (``gt.stored``), or None; ``"stale"`` in its meta
+    when the code, versions, wheels, spec or flags it was made from are not those of
+    this tree."""
+    record = gt.stored(job, folder)
+    if record is None:
+        return None
+    now, then = made_from(job), record.get("made_from", {})
+    differ = sorted(k for k in now if now[k] != then.get(k))
+    if differ:
+        record["meta"]["stale"] = differ
+    return record
+
+
+def store(job: dict, answer: dict, folder=None, commit: str = "",
+          made: dict | None = None) -> Path:
+    """Write ``answer`` (a child's Program JSON) as ``job``'s stored program; ``made``:
+    its :func:`made_from`, taken before the compile started (default: now)."""
+    folder = Path(folder or gt.STORE_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    made = made if made is not None else made_from(job)
+    record = {**answer, "job": gt.normal_job(job), "made_from": made,
+              "made_by": {"command": gt.REFRESH, "commit": commit}}
+    record.pop("child_s", None)
+    f = folder / f"{gt.job_key(job)}.json.gz"
+    f.write_bytes(gzip.compress(json.dumps(record, sort_keys=True, indent=0).encode(),
+                                mtime=0))
+    return f
 
 
 def stored_jobs(folder: Path) -> list[dict]:
@@ -40,7 +222,7 @@ def stored_jobs(folder: Path) -> list[dict]:
 def stale(jobs: list[dict], folder: Path) -> list[dict]:
     out = []
     for job in jobs:
-        record = gt.stored(job, folder)
+        record = stored(job, folder)
         if record is None or "stale" in record["meta"]:
             out.append(job)
     return out
@@ -77,11 +259,11 @@ def main(argv=None) -> int:
         return 0
     gt.install(verbose=True)
     t0 = time.perf_counter()
-    made = commit()
-    inputs = [gt.made_from(job) for job in todo]   # before the compile, not after
+    by = commit()
+    inputs = [made_from(job) for job in todo]   # before the compile, not after
     answers = gt.start_jobs(todo, timeout=args.timeout).result()
-    for job, answer, made_from in zip(todo, answers, inputs):
-        f = gt.store(job, answer, args.folder, commit=made, made=made_from)
+    for job, answer, made in zip(todo, answers, inputs):
+        f = store(job, answer, args.folder, commit=by, made=made)
         print(f"stored {f.name}: {job['builder'].split(':')[-1]} {job['kwargs']} "
               f"{job['target']} x {job['devices'] * job['hosts']}")
     print(f"compiled {len(todo)} program(s) in {time.perf_counter() - t0:.0f} s")

@@ -5,11 +5,9 @@ A GPU figure exists only in a file a GPU run wrote: ``book/data/gpu_<device>.jso
 what a CPU run predicted for the same steps by compiling for a 1-device H200 target
 without a GPU (``lab/gpu_check --predict``).
 
-* :func:`validate` checks a data file's structure and refuses what would be a fake:
-  a file that claims a GPU but was written on a CPU, a time without its events per
-  step or its compile time, a phase that is neither done nor said to have failed;
-* :func:`load` returns a device's validated file, or ``None`` when no GPU run exists
-  (a dry run's file is never loaded from ``book/data/``);
+* :func:`load` returns a device's file, or ``None`` when no GPU run exists (a dry
+  run's file is never loaded from ``book/data/``); ``lab/gpu_schema.py`` validates
+  the files when they are written and tested;
 * :func:`note` renders the one line the chapters print: where the figures were
   measured, or that no real-GPU measurement exists yet.
 
@@ -22,23 +20,14 @@ import re
 from pathlib import Path
 
 __all__ = ["SCHEMA", "PREDICTION_SCHEMA", "DATA_DIR", "GpuDataError", "device_slug",
-           "path_for", "validate", "validate_prediction", "load", "load_prediction",
-           "note", "gpu_data", "gpu_note", "compile_lines", "coba_rows", "coba_lines",
-           "record_lines", "mismatch_text", "allocator_limit", "compile_verdict",
-           "PHASES", "STATUSES"]
+           "path_for", "load", "load_prediction", "note", "gpu_data", "gpu_note",
+           "compile_lines", "coba_rows", "coba_lines", "record_lines", "mismatch_text",
+           "allocator_limit", "compile_verdict"]
 
 SCHEMA = "shardbook.gpu-check/1"
 PREDICTION_SCHEMA = "shardbook.gpu-target-prediction/1"
 DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
-PHASES = ("compile", "memory", "timing", "notebooks")
-STATUSES = ("ok", "error", "timeout", "skipped")
 NO_DATA = "no real-GPU measurement exists yet: run lab/gpu_check on a GPU"
-
-_PROVENANCE = ("device_kind", "device_count", "platform", "driver", "versions", "pins",
-               "mismatch", "commit", "date", "command")
-_MEMORY_ITEMS = ("arguments", "outputs", "temporaries", "total")
-_TIMING = ("neurons", "conn", "seconds_per_step", "events_per_step", "compile_s")
-
 
 class GpuDataError(ValueError):
     """A GPU data file is malformed, or claims what its run could not have measured."""
@@ -56,117 +45,16 @@ def path_for(device: str = "h200", root=None) -> Path:
     return folder / f"gpu_{device_slug(device)}.json"
 
 
-def _need(obj, keys, where, missing):
-    if not isinstance(obj, dict):
-        missing.append(f"{where} (not an object)")
-        return
-    missing += [f"{where}.{k}" for k in keys if k not in obj]
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def validate(data: dict) -> dict:
-    """Check a ``lab/gpu_check`` data file; return it, or raise :class:`GpuDataError`
-    naming every problem.
-
-    Long because: one check per field of the file, in the file's order, so that an error
-    names every problem at once.
-    """
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise GpuDataError(f"not a {SCHEMA} file (schema={got!r})")
-    bad: list[str] = []
-    _need(data, ("dry_run", "provenance", "phases", "compile", "memory", "timing",
-                 "notebooks"), "file", bad)
-    prov = data.get("provenance", {})
-    _need(prov, _PROVENANCE, "provenance", bad)
-    for pkg in ("jax", "jaxlib", "brainpy", "brainstate", "brainevent", "python"):
-        if pkg not in prov.get("versions", {}):
-            bad.append(f"provenance.versions.{pkg}")
-    dry = data.get("dry_run")
-    if not isinstance(dry, bool):
-        bad.append("dry_run (not true or false)")
-    elif not dry and prov.get("platform") != "gpu":
-        bad.append(f"a GPU file written on platform {prov.get('platform')!r}: "
-                   "a GPU figure exists only where a GPU run wrote it")
-    if dry is False:   # a real GPU run says where, when and from what it ran
-        for key in ("commit", "driver", "date", "device_kind"):
-            if not (isinstance(prov.get(key), str) and prov.get(key)):
-                bad.append(f"provenance.{key} is empty: a GPU file names it")
-    phases = data.get("phases", {})
-    if dry is False and not any(isinstance(ph, dict) and ph.get("status") == "ok"
-                                for ph in phases.values()):
-        bad.append("no phase finished (status ok): a GPU file without a figure")
-    for name in PHASES:
-        ph = phases.get(name)
-        if not isinstance(ph, dict):
-            bad.append(f"phases.{name}")
-            continue
-        if ph.get("status") not in STATUSES:
-            bad.append(f"phases.{name}.status={ph.get('status')!r} (one of {STATUSES})")
-        if ph.get("status") in ("error", "timeout") and not ph.get("error"):
-            bad.append(f"phases.{name}: {ph.get('status')} without its error")
-        for key in ("budget_s", "wall_s"):
-            if not _number(ph.get(key)):
-                bad.append(f"phases.{name}.{key}")
-    for i, row in enumerate(data.get("compile", [])):
-        _need(row, ("name", "builder", "kwargs", "predicted", "measured", "diff"),
-              f"compile[{i}]", bad)
-        for side in ("predicted", "measured"):
-            _need(row.get(side, {}), (*_MEMORY_ITEMS, "collectives"),
-                  f"compile[{i}].{side}", bad)
-    for i, row in enumerate(data.get("memory", [])):
-        _need(row, ("model", "size", "analysis", "peak_bytes_in_use",
-                    "bytes_in_use_before", "measured", "ratio"), f"memory[{i}]", bad)
-        _need(row.get("analysis", {}), _MEMORY_ITEMS, f"memory[{i}].analysis", bad)
-    timing = data.get("timing", {})
-    _need(timing, ("coba", "coba_10s", "rnn"), "timing", bad)
-    for i, row in enumerate(timing.get("coba", []) or []):
-        _need(row, _TIMING, f"timing.coba[{i}]", bad)
-        if _number(row.get("events_per_step")) and row["events_per_step"] <= 0:
-            bad.append(f"timing.coba[{i}]: a silent window (no events) times nothing")
-    ten = timing.get("coba_10s")
-    if ten is not None:
-        _need(ten, ("neurons", "conn", "simulated_s", "run_s", "compile_s",
-                    "events_per_step", "published_s"), "timing.coba_10s", bad)
-        if _number(ten.get("events_per_step")) and ten["events_per_step"] <= 0:
-            bad.append("timing.coba_10s: a silent network (no events) times nothing")
-    for i, row in enumerate(timing.get("rnn", []) or []):
-        _need(row, ("chapter", "sizes", "seconds_per_step", "compile_s"),
-              f"timing.rnn[{i}]", bad)
-    for i, row in enumerate(data.get("notebooks", [])):
-        _need(row, ("path", "status", "wall_s", "timeout_s"), f"notebooks[{i}]", bad)
-    if bad:
-        raise GpuDataError("GPU data file: " + "; ".join(bad))
-    return data
-
-
-def validate_prediction(data: dict) -> dict:
-    """Check the GPU-target prediction file (``lab/gpu_check --predict``)."""
-    if not isinstance(data, dict) or data.get("schema") != PREDICTION_SCHEMA:
-        raise GpuDataError(f"not a {PREDICTION_SCHEMA} file")
-    bad: list[str] = []
-    _need(data, ("target", "devices", "provenance", "jobs"), "file", bad)
-    _need(data.get("provenance", {}), ("versions", "date", "command", "commit"),
-          "provenance", bad)
-    for name, job in (data.get("jobs") or {}).items():
-        _need(job, ("builder", "kwargs", "collectives", "memory"), f"jobs.{name}", bad)
-        _need(job.get("memory", {}), _MEMORY_ITEMS, f"jobs.{name}.memory", bad)
-    if bad:
-        raise GpuDataError("prediction file: " + "; ".join(bad))
-    return data
-
-
 def load(device: str = "h200", root=None) -> dict | None:
-    """The validated data of the GPU run on ``device``, or ``None`` if there is none.
+    """The data of the GPU run on ``device``, or ``None`` if there is none.
 
-    A dry run's file found in ``book/data/`` raises: it holds CPU figures."""
+    A dry run's file found in ``book/data/`` raises: it holds CPU figures.  (The file
+    was validated when ``lab/gpu_check`` wrote it, and ``tests/test_gpu_check.py``
+    validates the committed ones: ``lab/gpu_schema.py``.)"""
     path = path_for(device, root)
     if not path.exists():
         return None
-    data = validate(json.loads(path.read_text()))
+    data = json.loads(path.read_text())
     if data["dry_run"]:
         raise GpuDataError(f"{path.name} is a dry run's file (CPU figures); "
                            "it does not belong in book/data/")
@@ -174,11 +62,11 @@ def load(device: str = "h200", root=None) -> dict | None:
 
 
 def load_prediction(target: str = "h200", root=None) -> dict | None:
-    """The validated GPU-target prediction for ``target``, or ``None``."""
+    """The GPU-target prediction for ``target``, or ``None``."""
     path = Path(root if root is not None else DATA_DIR) / f"gpu_target_{target}.json"
     if not path.exists():
         return None
-    return validate_prediction(json.loads(path.read_text()))
+    return json.loads(path.read_text())
 
 
 def note(data: dict | None) -> str:
@@ -271,7 +159,8 @@ def allocator_limit(data: dict) -> int | None:
     """The GPU allocator's cap that the run read (``memory_stats()['bytes_limit']``,
     the smallest over its memory rows), or ``None`` if no row recorded one."""
     limits = [r["bytes_limit"] for r in data.get("memory") or []
-              if _number(r.get("bytes_limit"))]
+              if isinstance(r.get("bytes_limit"), (int, float))
+              and not isinstance(r.get("bytes_limit"), bool)]
     return int(min(limits)) if limits else None
 
 

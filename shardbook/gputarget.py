@@ -1,34 +1,21 @@
 """Compile a step for a GPU without a GPU: what 8 x H200 (or H100) would run.
 
-XLA's GPU compiler runs other passes than its CPU compiler, so the collectives and the
-temporaries of a sharded step differ between the book's simulated CPU devices and real
-GPUs.  JAX 0.10.2 can compile for a GPU on a machine that has none (JAX docs,
-"Ahead-of-time lowering and compilation"; ``jax.experimental.topologies``):
+XLA's GPU compiler runs other passes than its CPU compiler, so the collectives and
+temporaries of a sharded step differ between simulated CPU devices and real GPUs.
+JAX can compile for a GPU on a machine that has none (JAX docs, "Ahead-of-time
+lowering and compilation"): describe the target with XLA's device spec
+(``gpu_specs/*.txtpb``, from openxla/xla) and ``jax.experimental.topologies``, give
+every input as a ``jax.ShapeDtypeStruct`` with a ``NamedSharding`` on that mesh, and
+compile.  ``.as_text()`` is the GPU program and ``.memory_analysis()`` one device's
+bytes.
 
-1. describe the target with XLA's own device spec (``gpu_specs/*.txtpb``, from
-   openxla/xla, ``xla/backends/gpu/target_config/specs/``) and
-   ``topologies.get_topology_desc(platform="cuda", topology="1x1x8",
-   target_config=spec)``;
-2. make a mesh of those compile-only devices and give every input as a
-   ``jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))``;
-3. ``jax.jit(f).trace(*structs).lower().compile()``: ``.as_text()`` is the optimized
-   GPU program and ``.memory_analysis()`` the bytes of one device.
-
-That needs JAX's CUDA plugin, its PJRT library and NVIDIA's ptxas (``PINS``), and
-``JAX_PLATFORMS=cpu``.  The notebook's own kernel must never see them: a reader with no
-environment variables set must get a working kernel on CPU or GPU.  So the wheels go
-into their own folder (``.venv/gpu-target``, :func:`install`), and every GPU-target
-compile runs in a **child process** that alone puts that folder on its ``PYTHONPATH``
-(:func:`compile_jobs`).
-
-What to compile is named, not pickled: ``"shardbook.gputarget_steps:rnn_data_parallel"``
-and its keyword arguments.  The child imports the builder, calls it with a
-:class:`Target`, compiles what it returns, and answers with JSON:
-:meth:`shardbook.hlo.Program.to_json` (the program's text, ``memory_analysis()`` per
-device, and in ``meta`` the target, the mesh and the compile seconds).  The parent
-rebuilds a :class:`shardbook.hlo.Program`, the one reader of compiled programs; this
-module only compiles.  :func:`compile_here` runs the same builder on the current
-process's own devices, for the side-by-side view.
+That needs JAX's CUDA plugin, its PJRT library and ptxas (``PINS``), which the
+notebook's own kernel must never see.  So the wheels go into their own folder
+(:func:`install`), and every GPU-target compile runs in a **child process** that alone
+has that folder on its ``PYTHONPATH``.  A job names its builder
+(``"shardbook.gputarget_steps:rnn_data_parallel"``) and keyword arguments; the child
+answers with :meth:`shardbook.hlo.Program.to_json`.  :func:`compile_here` runs the same
+builder on this process's own devices, for the side-by-side view.
 
 This module imports neither JAX nor BrainPy when it is imported.
 """
@@ -50,11 +37,10 @@ from pathlib import Path
 from . import child
 
 __all__ = [
-    "PINS", "REFRESH", "STORE_DIR", "TARGETS", "TRACED_BY", "GpuTargetError",
-    "Pending", "Target", "code_digest", "code_text", "compile_here", "compile_jobs",
-    "device_info", "install", "job_key", "made_from", "normal_job", "package_imports",
-    "programs", "source_of", "spec_text", "start_jobs", "store", "stored",
-    "target_dir", "wheels_installed",
+    "PINS", "REFRESH", "STORE_DIR", "TARGETS", "GpuTargetError", "Pending", "Target",
+    "compile_here", "compile_jobs", "device_info", "install", "job_key", "normal_job",
+    "programs", "spec_text", "start_jobs", "stored", "target_dir", "wheels_installed",
+    "wheels_stamp",
 ]
 
 # The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; tested).
@@ -78,7 +64,7 @@ def target_dir() -> Path:
     return Path(os.environ.get("BOOK_GPU_TARGET_DIR", Path(sys.prefix) / "gpu-target"))
 
 
-def _stamp_text() -> str:
+def wheels_stamp() -> str:
     return hashlib.sha256("\n".join(PINS).encode()).hexdigest()[:16]
 
 
@@ -86,7 +72,7 @@ def wheels_installed(path=None) -> bool:
     """True when :func:`install` completed for exactly ``PINS`` in ``path``."""
     path = Path(path) if path is not None else target_dir()
     stamp = path / ".gputarget-stamp"
-    return (stamp.exists() and stamp.read_text().strip() == _stamp_text()
+    return (stamp.exists() and stamp.read_text().strip() == wheels_stamp()
             and (path / "jax_plugins" / "xla_cuda12").is_dir()
             and (path / "nvidia" / "cuda_nvcc" / "bin" / "ptxas").exists())
 
@@ -112,7 +98,7 @@ def install(path=None, verbose: bool = True) -> float:
     if done.returncode:
         raise GpuTargetError("pip could not install the GPU-target wheels:\n"
                              f"{done.stderr[-3000:]}")
-    (path / ".gputarget-stamp").write_text(_stamp_text() + "\n")
+    (path / ".gputarget-stamp").write_text(wheels_stamp() + "\n")
     seconds = time.perf_counter() - t0
     if verbose:
         print(f"[gpu-target] installed {', '.join(PINS)} into {path} in "
@@ -366,20 +352,11 @@ class Pending:
 
 # ------------------------------------------------------------ the stored programs
 # A GPU-target compile takes seconds per step on a machine without a GPU, and a page
-# shows a dozen of them.  So the pages read programs that ``lab/gpu_programs.py``
-# compiled and wrote to STORE_DIR, one file per job, each with what it was made from:
-# the digest of the *code* its builder runs (:func:`code_digest`: the package modules
-# it imports, their docstrings and comments left out), the installed JAX and BrainPy
-# family (:data:`TRACED_BY`), the pinned wheels, the target's spec, the flags.  A
-# stored program whose inputs changed is stale: ``tests/test_gputarget.py`` fails and
-# names the command that refreshes it, and :func:`programs` compiles it anew in this
-# process's child, with a warning (which strict nbval shows as a changed output), or,
-# without the GPU-target wheels, shows it as stored, with the warning.  Editing a
-# docstring changes nothing.
+# shows a dozen of them.  So pages read the programs that ``lab/gpu_programs.py``
+# compiled into STORE_DIR, one file per job.  That script also records what each was
+# made from, and ``tests/test_gputarget.py`` fails when one is stale.
 STORE_DIR = Path(__file__).resolve().parent.parent / "book" / "data" / "gpu_programs"
 REFRESH = "python lab/gpu_programs.py"   # the command that compiles and stores
-_PACKAGE = Path(__file__).resolve().parent
-_DIGESTS: dict[str, str] = {}
 
 
 def normal_job(job: dict) -> dict:
@@ -400,213 +377,38 @@ def job_key(job: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _module_file(name: str) -> Path | None:
-    parts = name.split(".")
-    if parts[0] != _PACKAGE.name:
-        return None
-    base = _PACKAGE.joinpath(*parts[1:])
-    for f in (base.with_suffix(".py"), base / "__init__.py"):
-        if f.is_file():
-            return f
-    return None
-
-
-def package_imports(name: str, tree) -> set[str]:
-    """The package modules that module ``name`` imports, anywhere in its body."""
-    import ast
-
-    package = name if _module_file(name).name == "__init__.py" else \
-        name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)
-    return {m for m in found if _module_file(m) is not None}
-
-
-def code_text(tree) -> str:
-    """The module's code as a dump of its syntax tree: no docstrings, comments or line
-    numbers.  The dump names each node and its non-empty fields (``ast.iter_fields``),
-    so that it reads the same on Python 3.11 to 3.13, whose ``ast.dump`` differ
-    (``tests/test_gputarget.py`` compares the three where they are installed)."""
-    import ast
-
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-
-    def dump(x) -> str:
-        if isinstance(x, ast.JoinedStr):   # 3.12 adds empty strings to format specs
-            x = ast.JoinedStr(values=[v for v in x.values if not (
-                isinstance(v, ast.Constant) and v.value == "")])
-        if isinstance(x, ast.AST):
-            fields = [f"{k}={dump(v)}" for k, v in ast.iter_fields(x)
-                      if v is not None and v != [] and k not in _NEWER_FIELDS]
-            return f"{type(x).__name__}({', '.join(fields)})"
-        if isinstance(x, list):
-            return "[" + ", ".join(dump(v) for v in x) + "]"
-        return repr(x)
-
-    return dump(tree)
-
-
-# fields that newer Pythons add to old nodes (3.12: type parameters of a def or class)
-_NEWER_FIELDS = ("type_params", "type_comment")
-
-
-def source_of(module: str) -> str:
-    """The source text of a package module (``shardbook.rnn`` is its ``__init__``)."""
-    return _module_file(module).read_text()
-
-
-def code_digest(module: str, read=None) -> str:
-    """The digest of the code that ``module`` runs: it and every package module it
-    imports, transitively (functions' own imports included), with the ``__init__`` of
-    every package on the way, as :func:`code_text` reads them.  A docstring or a
-    comment does not change it; a changed line of code does.  ``read``: a function of
-    a module's name that gives its source (default :func:`source_of`)."""
-    import ast
-
-    if read is None and module in _DIGESTS:
-        return _DIGESTS[module]
-    read = read or source_of
-    seen, todo = set(), [module, __name__]   # this module compiles every job
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        todo.extend(package_imports(name, ast.parse(read(name))))
-        # importing a.b.c runs the __init__ of a and of a.b first
-        parts = name.split(".")
-        todo.extend(".".join(parts[:k]) for k in range(1, len(parts)))
-    h = hashlib.sha256()
-    for name in sorted(seen):
-        code = code_text(ast.parse(read(name)))
-        h.update(name.encode() + b"\0" + code.encode() + b"\0")
-    digest = h.hexdigest()[:16]
-    if read is source_of:
-        _DIGESTS[module] = digest
-    return digest
-
-
-def _flags(target: str) -> list[str]:
-    """XLA_FLAGS that can change ``target``'s program.  The simulated device count
-    never does, nor the vector ISA (the portability gate's); XLA:CPU's other flags
-    change only an XLA:CPU program."""
-    skip = ("--xla_force_host_platform", "--xla_cpu_max_isa")
-    if target != "cpu":
-        skip += ("--xla_cpu_",)
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    return [f for f in flags if not f.startswith(skip)]
-
-
-# The installed packages a builder's program depends on besides the book's own code:
-# JAX, BrainPy and what BrainPy requires
-TRACED_BY = ("jax", "jaxlib", "brainpy", "brainstate", "brainevent", "brainunit",
-             "braintools", "brainpy_state", "numpy", "ml_dtypes", "opt_einsum")
-
-
-def _versions() -> str:
-    from importlib import metadata
-
-    def version(p):
-        try:
-            return metadata.version(p)
-        except metadata.PackageNotFoundError:
-            return "absent"
-
-    return " ".join(f"{p}=={version(p)}" for p in TRACED_BY)
-
-
-def made_from(job: dict) -> dict:
-    """What a compile of ``job`` depends on, as a stored program records it: the code
-    its builder runs, the installed JAX and BrainPy family (:data:`TRACED_BY`), the
-    pinned wheels, the GPU flags and the target's spec."""
-    job = normal_job(job)
-    target = job["target"]
-    return {"code": code_digest(job["builder"].partition(":")[0]),
-            "versions": _versions(), "wheels": _stamp_text(),
-            "flags": " ".join(_flags(target)),
-            "spec": "" if target == "cpu" else
-            hashlib.sha256(spec_text(target).encode()).hexdigest()[:16]}
-
-
 def stored(job: dict, folder=None) -> dict | None:
-    """The stored answer of ``job``, or None; ``"stale"`` in its meta when the code,
-    versions, wheels, spec or flags it was made from are not those of this tree."""
+    """The stored answer of ``job`` (a child's Program JSON), or None."""
     f = Path(folder or STORE_DIR) / f"{job_key(job)}.json.gz"
     if not f.exists():
         return None
     record = json.loads(gzip.decompress(f.read_bytes()))
-    now, then = made_from(job), record.get("made_from", {})
-    differ = sorted(k for k in now if now[k] != then.get(k))
     record["meta"]["stored"] = f"book/data/gpu_programs/{f.name}"
-    if differ:
-        record["meta"]["stale"] = differ
     return record
-
-
-def store(job: dict, answer: dict, folder=None, commit: str = "",
-          made: dict | None = None) -> Path:
-    """Write ``answer`` (a child's Program JSON) as ``job``'s stored program; ``made``:
-    its :func:`made_from`, taken before the compile started (default: now)."""
-    folder = Path(folder or STORE_DIR)
-    folder.mkdir(parents=True, exist_ok=True)
-    made = made if made is not None else made_from(job)
-    record = {**answer, "job": normal_job(job), "made_from": made,
-              "made_by": {"command": REFRESH, "commit": commit}}
-    record.pop("child_s", None)
-    f = folder / f"{job_key(job)}.json.gz"
-    f.write_bytes(gzip.compress(json.dumps(record, sort_keys=True, indent=0).encode(),
-                                mtime=0))
-    return f
 
 
 def programs(jobs, timeout: float = 900, path=None, folder=None):
     """The Programs of ``jobs`` (a list, or a dict of name: job), read from the store.
 
-    A job that is not stored, or is stale (:func:`stored`), is compiled here in one
-    child process, with a warning that names :data:`REFRESH`; a GPU job then needs the
-    wheels (:func:`install`).  Without them, a stale program is served as it is, with
-    the warning (it was compiled for other versions or code); a missing one raises
+    A job the store lacks is compiled here, in one child process, with a warning that
+    names :data:`REFRESH`; a GPU job then needs the wheels (:func:`install`), else
     :class:`GpuTargetError`.  Returns the same shape: a list, or a dict."""
     names = list(jobs) if isinstance(jobs, dict) else None
     jobs = list(jobs.values()) if names is not None else list(jobs)
     answers = [stored(job, folder) for job in jobs]
-    todo = [i for i, a in enumerate(answers) if a is None or "stale" in a["meta"]]
+    todo = [i for i, a in enumerate(answers) if a is None]
     path = Path(path) if path is not None else target_dir()
-    if todo and not wheels_installed(path):   # GPU jobs cannot compile: serve stale
-        gpu = [i for i in todo if normal_job(jobs[i])["target"] != "cpu"]
-        missing = [i for i in gpu if answers[i] is None]
-        if missing:
-            raise GpuTargetError(
-                f"{len(missing)} of {len(jobs)} GPU program(s) are not stored in "
-                f"{folder or STORE_DIR} and the GPU-target wheels are not installed: "
-                "run shardbook.gputarget.install() (in a checkout of the book: "
-                "ci/install_gpu_target), then run the cell again")
-        for i in gpu:
-            stale = ", ".join(answers[i]["meta"]["stale"])
-            name = jobs[i]["builder"].split(":")[-1]
-            warnings.warn(f"{name}: the stored GPU program was made from another "
-                          f"{stale}; shown as stored (install the GPU-target wheels "
-                          "to compile it anew)", stacklevel=2)
-        todo = [i for i in todo if i not in gpu]
+    gpu = [i for i in todo if normal_job(jobs[i])["target"] != "cpu"]
+    if gpu and not wheels_installed(path):
+        raise GpuTargetError(
+            f"{len(gpu)} of {len(jobs)} GPU program(s) are not stored in "
+            f"{folder or STORE_DIR} and the GPU-target wheels are not installed: "
+            "run shardbook.gputarget.install() (in a checkout of the book: "
+            "ci/install_gpu_target), then run the cell again")
     if todo:
         what = ", ".join(jobs[i]["builder"].split(":")[-1] for i in todo)
-        warnings.warn(f"{len(todo)} GPU-target program(s) not stored or stale "
-                      f"({what}): compiling them here; `{REFRESH}` stores them",
-                      stacklevel=2)
+        warnings.warn(f"{len(todo)} GPU-target program(s) not stored ({what}): "
+                      f"compiling them here; `{REFRESH}` stores them", stacklevel=2)
         fresh = Pending([jobs[i] for i in todo], timeout, path).result()
         for i, answer in zip(todo, fresh):
             answers[i] = answer

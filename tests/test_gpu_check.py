@@ -1,7 +1,7 @@
 """``lab/gpu_check --dry-run``: the GPU check's whole code path on the CPU, tiny sizes.
 
 The dry run writes a data file of the schema a GPU run writes;
-``shardbook.gpudata.validate`` accepts it, and rejects planted bad files (a CPU run that
+``lab/gpu_schema.validate`` accepts it, and rejects planted bad files (a CPU run that
 claims a GPU, a time without its events or its compile time, a silent window, a failed
 phase with no error). The pages run under lax nbval, each with its own timeout
 (``lab/gpu_notebooks.py``): a dry run of small pages gives one row per page, ok, failed,
@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "ci"))
 sys.path.insert(0, str(ROOT / "lab"))
 
 import gpu_notebooks  # noqa: E402
+import gpu_schema  # noqa: E402  (lab/gpu_schema.py)
 import record  # noqa: E402
 
 
@@ -91,10 +92,10 @@ def dry(tmp_path_factory):
 
 
 def test_dry_run_writes_the_schema(dry):
-    gpudata.validate(dry)
+    gpu_schema.validate(dry)
     assert dry["dry_run"] is True and dry["provenance"]["platform"] == "cpu"
     assert {k: v["status"] for k, v in dry["phases"].items()} == dict.fromkeys(
-        gpudata.PHASES, "ok"
+        gpu_schema.PHASES, "ok"
     )
     # every step compiled beside its prediction; one device: no collective
     assert {r["name"] for r in dry["compile"]} == {"dp", "fsdp", "coba_1_gpu"}
@@ -145,7 +146,7 @@ def pages(tmp_path_factory):
 
 
 def test_every_page_has_its_row(pages):
-    gpudata.validate(pages)
+    gpu_schema.validate(pages)
     rows = {Path(r["path"]).name: r for r in pages["notebooks"]}
     assert list(rows) == ["ok.ipynb", "bad.ipynb", "slow.ipynb", "missing.ipynb"]
     assert {k: r["status"] for k, r in rows.items()} == {
@@ -280,7 +281,7 @@ def test_the_record_says_which_pages_ran_on_a_gpu(pages, tmp_path):
 
 def _rejected(data, match):
     with pytest.raises(gpudata.GpuDataError, match=match):
-        gpudata.validate(data)
+        gpu_schema.validate(data)
 
 
 def test_validate_rejects_planted_bad_files(dry):
@@ -342,7 +343,7 @@ def test_load_and_note(dry, tmp_path):
 
 def test_the_book_reads_the_data_through_the_doorway():
     data = gpu_data("h200")  # None until a GPU run wrote book/data/gpu_h200.json
-    assert data is None or gpudata.validate(data)
+    assert data is None or gpu_schema.validate(data)
     assert gpu_note("h200") == gpudata.note(data)
 
 

@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+import gpu_programs as gp  # lab/gpu_programs.py
 import jax
 import pyrun  # tests/pyrun.py
 import pytest
@@ -57,22 +58,16 @@ def test_missing_wheels_say_what_to_do(tmp_path):
 
 def test_stored_jobs_need_no_wheels(tmp_path):
     """A reader without the wheels still reads the stored programs (page 2c's GPU
-    table); a job the store lacks warns, and says what to install."""
+    table); a job the store lacks says what to install."""
     job = {"builder": B + "tiny_data_parallel", "devices": 1}
     program = gt.compile_here(job["builder"], devices=1)   # any Program will do
-    gt.store(job, program.to_json(), tmp_path)
+    gp.store(job, program.to_json(), tmp_path)
     none = tmp_path / "no-wheels"
     [read] = gt.programs([job], path=none, folder=tmp_path)
     assert read.memory == program.memory and "stored" in read.meta
     assert gt.programs({"a": job}, path=none, folder=tmp_path)["a"].text == read.text
     with pytest.raises(gt.GpuTargetError, match="1 of 2 GPU program.*install"):
         gt.programs([job, {**job, "devices": 2}], path=none, folder=tmp_path)
-    # a stale one (another Python, BrainPy, ...) is served as stored, with a warning
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gt, "code_digest", lambda module, read=None: "other code")
-        with pytest.warns(UserWarning, match="made from another code; shown as stored"):
-            [stale] = gt.programs([job], path=none, folder=tmp_path)
-    assert stale.memory == program.memory and stale.meta["stale"] == ["code"]
     with pytest.raises(ValueError, match="unknown job key"):
         gt.job_key({**job, "text": True})
     # one job, one file: defaults, the H100's alias and 8 written as 8.0 name it once
@@ -85,42 +80,42 @@ def test_the_stored_file_records_what_it_was_made_from(tmp_path, monkeypatch):
     change, and only then: a docstring or the portability gate's ISA changes nothing."""
     job = {"builder": B + "tiny_data_parallel", "kwargs": {}}
     program = gt.compile_here(job["builder"], devices=1)
-    gt.store(job, program.to_json(), tmp_path)
-    assert "stale" not in gt.stored(job, tmp_path)["meta"]
+    gp.store(job, program.to_json(), tmp_path)
+    assert "stale" not in gp.stored(job, tmp_path)["meta"]
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=SSE4_2")   # the gate
-    assert "stale" not in gt.stored(job, tmp_path)["meta"]
+    assert "stale" not in gp.stored(job, tmp_path)["meta"]
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=true")
-    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["flags"]
+    assert gp.stored(job, tmp_path)["meta"]["stale"] == ["flags"]
     cpu_job = {**job, "target": "cpu", "devices": 1}   # XLA:CPU's flags count for it
-    gt.store(cpu_job, program.to_json(), tmp_path)
+    gp.store(cpu_job, program.to_json(), tmp_path)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
-    assert gt.stored(cpu_job, tmp_path)["meta"]["stale"] == ["flags"]
-    assert "stale" not in gt.stored(job, tmp_path)["meta"]
+    assert gp.stored(cpu_job, tmp_path)["meta"]["stale"] == ["flags"]
+    assert "stale" not in gp.stored(job, tmp_path)["meta"]
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.setattr(gt, "PINS", (*gt.PINS, "another-wheel==1"))
-    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["wheels"]
+    assert gp.stored(job, tmp_path)["meta"]["stale"] == ["wheels"]
     monkeypatch.undo()
     monkeypatch.setattr(gt, "spec_text", lambda target: "another spec")
-    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["spec"]
+    assert gp.stored(job, tmp_path)["meta"]["stale"] == ["spec"]
     monkeypatch.undo()
-    monkeypatch.setattr(gt, "code_digest", lambda module, read=None: "an edited package")
-    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["code"]
+    monkeypatch.setattr(gp, "code_digest", lambda module, read=None: "an edited package")
+    assert gp.stored(job, tmp_path)["meta"]["stale"] == ["code"]
     monkeypatch.undo()
     from importlib import metadata  # a BrainPy upgrade (./ci/lock) makes it stale too
     real = metadata.version
     monkeypatch.setattr(metadata, "version",
                         lambda p: "9.9.9" if p == "brainpy" else real(p))
-    assert gt.stored(job, tmp_path)["meta"]["stale"] == ["versions"]
+    assert gp.stored(job, tmp_path)["meta"]["stale"] == ["versions"]
 
 
 def test_the_digest_is_the_same_on_every_python_found():
     """Python 3.12 and 3.13 dump a syntax tree differently from 3.11: the digest must
-    not change with them (else every stored program reads stale there, as on Colab)."""
+    not change with them (else every stored program reads stale there)."""
     import shutil
     import subprocess
     import sys
 
-    here = gt.code_digest("shardbook.gputarget_steps")
+    here = gp.code_digest("shardbook.gputarget_steps")
     found = {}
     for name in ("python3.11", "python3.12", "python3.13"):
         exe = shutil.which(name)
@@ -128,8 +123,8 @@ def test_the_digest_is_the_same_on_every_python_found():
             continue
         done = subprocess.run(
             [exe, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-             "from shardbook import gputarget as g; "
-             "print(g.code_digest('shardbook.gputarget_steps'))", str(ROOT)],
+             "import gpu_programs as g; "
+             "print(g.code_digest('shardbook.gputarget_steps'))", str(ROOT / "lab")],
             capture_output=True, text=True, timeout=120, check=False)
         if done.returncode == 0:
             found[name] = done.stdout.strip()
@@ -144,23 +139,23 @@ def test_the_code_digest_reads_code_not_docstrings():
     import ast
 
     src = 'def f(x):\n    """Twice x."""\n    return 2 * x  # twice\n'
-    code = gt.code_text(ast.parse(src))
+    code = gp.code_text(ast.parse(src))
     doc = src.replace("Twice x.", "Double x, see chapter 6.").replace("# twice", "")
-    assert gt.code_text(ast.parse("\n\n" + doc)) == code   # docstring, comment, lines
-    assert gt.code_text(ast.parse(src.replace("2 * x", "3 * x"))) != code
-    assert gt.code_text(ast.parse(src.replace('"""Twice x."""', "y = 1"))) != code
-    found = gt.package_imports("shardbook.gputarget_steps", ast.parse(
+    assert gp.code_text(ast.parse("\n\n" + doc)) == code   # docstring, comment, lines
+    assert gp.code_text(ast.parse(src.replace("2 * x", "3 * x"))) != code
+    assert gp.code_text(ast.parse(src.replace('"""Twice x."""', "y = 1"))) != code
+    found = gp.package_imports("shardbook.gputarget_steps", ast.parse(
         (ROOT / "shardbook" / "gputarget_steps.py").read_text()))
     assert {"shardbook.rnn.model", "shardbook.coba", "shardbook.config"} <= found
     # a package's __init__ runs before its module: a line of code added to it changes
     # the digest of a builder that only imports shardbook.rnn.sizes; a comment does not
     def read(extra):
-        return lambda name: gt.source_of(name) + (extra if name == "shardbook.rnn" else "")
+        return lambda name: gp.source_of(name) + (extra if name == "shardbook.rnn" else "")
 
     steps = "shardbook.gputarget_steps"
-    assert gt.code_digest(steps, read("")) == gt.code_digest(steps)
-    assert gt.code_digest(steps, read("# a comment\n")) == gt.code_digest(steps)
-    assert gt.code_digest(steps, read("x = 1\n")) != gt.code_digest(steps)
+    assert gp.code_digest(steps, read("")) == gp.code_digest(steps)
+    assert gp.code_digest(steps, read("# a comment\n")) == gp.code_digest(steps)
+    assert gp.code_digest(steps, read("x = 1\n")) != gp.code_digest(steps)
 
 
 def test_every_stored_program_is_fresh():
@@ -175,7 +170,7 @@ def test_every_stored_program_is_fresh():
     for f in files:
         job = json.loads(gzip.decompress(f.read_bytes()))["job"]
         assert f.name == f"{gt.job_key(job)}.json.gz", f.name
-        record = gt.stored(job)
+        record = gp.stored(job)
         if "stale" in record["meta"]:
             stale.append(f"{f.name} {job['builder']} {job['kwargs']}: "
                          f"{', '.join(record['meta']['stale'])} changed")
@@ -355,7 +350,7 @@ def test_a_stored_program_is_the_fresh_compile(tmp_path):
     job = {"builder": B + "tiny_data_parallel", "kwargs": {}, "devices": 2}
     [answer] = gt.start_jobs([job], timeout=300).result()
     fresh = hlo.Program.from_json(answer)
-    gt.store(job, answer, tmp_path)
+    gp.store(job, answer, tmp_path)
     (again,) = gt.programs([job], folder=tmp_path)
     assert again.meta["stored"].endswith(f"{gt.job_key(job)}.json.gz")
     assert (again.text, again.memory, again.collectives) == (
