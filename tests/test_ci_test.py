@@ -3,7 +3,8 @@
 * an unknown option or a bad number is refused before anything runs;
 * a notebook whose outputs differ runs once more, and still fails if it differs again;
   no notebook runs again when one raises or hangs;
-* a cell that hangs fails at ``BOOK_TEST_TIMEOUT_S``, and the run goes on.
+* a cell that hangs fails at ``BOOK_TEST_TIMEOUT_S``, and the run goes on;
+* a step that fails before the tests names itself.
 
 The planted notebooks print, sleep or raise; they import nothing of the book's, so the
 runs take seconds.  ``BOOK_NO_INSTALL=1``: the environment is this test's own.
@@ -32,9 +33,11 @@ def planted():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _ci_test(*args, **env):
+def _ci_test(*args, path_first=None, **env):
+    path = [str(path_first)] if path_first else []
+    path.append(str(Path(sys.executable).parent))
     env = {**os.environ, "BOOK_NO_INSTALL": "1", "BOOK_TEST_WORKERS": "1", **env,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+           "PATH": os.pathsep.join([*path, os.environ["PATH"]])}
     return subprocess.run([str(ROOT / "ci" / "test"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
@@ -66,3 +69,16 @@ def test_differing_outputs_run_once_more_and_a_timeout_or_exception_does_not(pla
     assert "Timeout of 3 seconds exceeded" in run.stdout
     assert "ZeroDivisionError" in run.stdout and "run once more" not in run.stdout
     assert "differs.ipynb::Cell 0" in run.stdout   # the notebooks after the hang ran
+
+
+def test_an_early_failure_names_its_step(tmp_path):
+    """A step before the tests (here the notebook list) that fails ends the run with a
+    FAILED line naming it, not silently."""
+    fake = tmp_path / "python3"   # python3 on PATH, except for ci/notebooks.py
+    fake.write_text(f'#!/bin/sh\n[ "$1" = ci/notebooks.py ] && exit 3\n'
+                    f'exec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    run = _ci_test("--devices", "2", path_first=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    said = "FAILED: the notebook list (ci/notebooks.py) (exit 1)"
+    assert said in run.stderr, run.stderr
