@@ -1,23 +1,12 @@
 """One child-process protocol: a clean environment, run, and a JSON answer back.
 
-Three parts of the book run Python in a child process and read a result back: the
-GPU-target compiles (:mod:`shardbook.gputarget`), the multi-process workers of chapter
-5a (:mod:`shardbook.multiprocess`) and the scale sweep of chapter 4
-(``lab/coba_sweep.py``).  They all do it through this module:
-
-* :func:`clean_env`: this process's environment without ``JAX_*``, ``XLA_*`` and
-  ``BOOK_NUM_DEVICES`` (a child sets up its own devices; a device count forced through
-  ``XLA_FLAGS`` would win over it), unless the caller keeps them; the repository on
-  ``PYTHONPATH``; ``PYTHONUNBUFFERED=1``, so that what the child printed before it
-  died is in its log.
-* :func:`start` (or :func:`run`, which also waits) runs a module (``python -m``) or a
-  script, with optional text on its stdin, in a session of its own (a timeout kills
-  the child and everything it started).  Its stdout and stderr go to files, never
-  pipes, so a talkative child cannot block.
-* The child answers with :func:`answer`: one marked line of JSON on stdout.
-  :meth:`Child.result` reads the last such line.  A child that fails, answers nothing
-  or outlives its timeout raises :class:`ChildError` (:class:`ChildTimeout`) with the
-  end of its stderr.
+:func:`clean_env` builds the child's environment.  :func:`start` (or :func:`run`, which
+also waits) runs a module or a script in a session of its own, so that a timeout kills
+it and all it started; its output goes to files, never pipes, so a talkative child
+cannot block.  The child answers with :func:`answer`, one marked JSON line on stdout;
+:meth:`Child.result` reads the last one.  A child that fails, answers nothing or
+outlives its timeout raises :class:`ChildError` (:class:`ChildTimeout`) with the end of
+its stderr.
 
 This module imports neither JAX nor BrainPy.
 """
@@ -62,12 +51,12 @@ def tail(text: str, lines: int = TAIL_LINES) -> str:
 
 
 def clean_env(extra: dict | None = None, keep=(), paths=(), base=None) -> dict:
-    """The environment for a child: ``base`` (default ``os.environ``) without the names
-    that match ``JAX_*``, ``XLA_*`` or ``BOOK_NUM_DEVICES``, except those matching a
-    pattern in ``keep`` (``"XLA_FLAGS"`` keeps the flags, less a forced device count).
-
-    ``paths`` go first on ``PYTHONPATH``, then the repository, then the ``PYTHONPATH``
-    of ``base``.  ``extra`` is set last, as given.
+    """The environment for a child: ``base`` (default ``os.environ``) less the names
+    matching ``JAX_*``, ``XLA_*`` or ``BOOK_NUM_DEVICES`` (a child sets up its own
+    devices), except those matching a pattern in ``keep`` (``"XLA_FLAGS"`` keeps the
+    flags, less a forced device count, which would win).  ``PYTHONPATH``: ``paths``,
+    the repository, then ``base``'s.  ``PYTHONUNBUFFERED=1``, so a dying child's output
+    is in its log.  ``extra`` is set last, its values as strings.
     """
     base = dict(os.environ if base is None else base)
 
@@ -228,8 +217,8 @@ def run(target: str, *args, **kwargs):
 
 
 def wait_all(children: list[Child], timeout: float | None = None, poll_s: float = 0.05):
-    """Wait for every child; their answers, in order.  The first child to fail, or the
-    common ``timeout`` (from now) running out, kills all of them and raises."""
+    """Wait for every child; their answers, in order.  The first failure or timeout (a
+    child's own, or the common ``timeout`` from now) kills all of them and raises."""
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while any(c.poll() is None for c in children):

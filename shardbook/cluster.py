@@ -1,30 +1,21 @@
 """Failures a cluster brings, reproduced on one machine (chapter 5c's gallery).
 
-Each function starts real JAX processes on the loopback interface (one simulated CPU
-device each, JAX only: no BrainPy), provokes one failure, and reports what happened and
-how long it took, within a bounded time:
+Each function starts real JAX processes on loopback (one simulated CPU device each, no
+BrainPy), provokes one failure, and reports what happened and when, in bounded time:
 
-* :func:`missing_rank`: a rank that never starts.  The others wait in
-  ``jax.distributed.initialize`` for ``initialization_timeout`` seconds (default 300),
-  then JAX aborts them (SIGABRT, "DEADLINE_EXCEEDED ... RegisterTask"): no Python
-  exception to catch.
-* :func:`dead_rank`: a rank killed in the middle of a run.  On CPU the survivor's next
-  collective fails at once (Gloo: "Connection reset by peer"), a Python exception; its
-  exit then waits in JAX's shutdown barrier until the coordination service misses the
-  dead rank's heartbeats (``heartbeat_timeout_seconds``, default 100 s), and JAX
-  aborts the process (SIGABRT).  A GPU collective (NCCL) may instead wait for the dead
-  peer; the heartbeat timeout is then what ends the survivors.
-* :func:`compilation_cache`: a persistent compilation cache
-  (``jax_compilation_cache_dir``) shared by 2 ranks.  Only process 0 writes it
-  (``jax/_src/compiler.py``, ``_cache_write``: "Only write cache entries from the
-  first process"); JAX counts a write as a ``cache_misses`` event, so ``written`` is
-  that count.  A second run hits it in process 0.  On CPU the key keeps the device
-  assignment, so process 1 never hits; on GPUs JAX strips it from the key of
-  multi-process programs (``jax/_src/cache_key.py``, ``strip_device_assignment``), so
-  every rank can.
+* :func:`missing_rank`: a rank never starts; the others wait ``initialization_timeout``
+  (JAX's default: 300 s), then JAX aborts them (SIGABRT): no Python exception to catch.
+* :func:`dead_rank`: a rank is killed mid-run.  On CPU the survivor's next collective
+  raises at once (Gloo: "Connection reset by peer"); its exit then waits in the shutdown
+  barrier until the heartbeat timeout (JAX's default: 100 s) aborts it.  A GPU
+  collective (NCCL) may instead hang until that timeout.
+* :func:`compilation_cache`: 2 ranks share a ``jax_compilation_cache_dir``.  Only
+  process 0 writes (``jax/_src/compiler.py``, ``_cache_write``), each write a
+  ``cache_misses`` event.  On CPU the key holds the device assignment, so process 1
+  never hits; on GPUs JAX strips it from multi-process keys, so every rank can.
 
-``python -m shardbook.cluster worker ...`` is the rank's side.  Nothing here starts
-JAX in the calling process.
+``python -m shardbook.cluster worker ...`` is a rank's side.  Nothing here starts JAX in
+the calling process.
 """
 
 from __future__ import annotations
@@ -138,7 +129,7 @@ def missing_rank(initialization_timeout: int = 5, timeout_s: float = 120) -> dic
 def dead_rank(
     heartbeat_timeout: int = 10, kill_after_steps: int = 20, timeout_s: float = 180
 ) -> dict:
-    """2 ranks run a collective every 50 ms; rank 1 is killed (SIGKILL) after
+    """2 ranks run a collective every 50 ms; rank 1 is SIGKILLed after
     ``kill_after_steps``.  How rank 0 ends, and how long after the kill."""
     port = _port()
     procs = [
@@ -171,8 +162,8 @@ def dead_rank(
 
 
 def compilation_cache(cache_dir=None, timeout_s: float = 240) -> dict:
-    """Two runs of 2 ranks with one ``jax_compilation_cache_dir``: cache hits, misses
-    and the files written, per run and rank."""
+    """Two runs of 2 ranks sharing one ``jax_compilation_cache_dir`` (default: a new
+    temporary one): per run, each rank's cache requests, hits and writes; the files."""
     own = cache_dir is None
     cache_dir = tempfile.mkdtemp(prefix="jax-cache-") if own else str(cache_dir)
     runs = []
@@ -203,14 +194,11 @@ def summation_orders(targets: int = 64, events: int = 20_000, orders: int = 4,
                      seed: int = 0) -> dict:
     """Why a GPU's float atomics break bit-identity, and what integer counts buy.
 
-    A scatter-add on a GPU (XLA:GPU lowers it to atomic adds) adds the events of a step
-    to their targets in whatever order the threads run; float addition is not
-    associative.  Here the same ``events`` (random targets, per-synapse float32
-    weights) are added in ``orders`` random orders, one at a time (``np.add.at``), as
-    atomics might: the float sums differ in their last bits, the integer counts never
-    do, and a count times one weight (the book's homogeneous synapses) is the same
-    float every time.  No GPU is needed to see the arithmetic; which order a GPU picks
-    is not reproduced here.
+    XLA:GPU's scatter-add (atomic adds) sums a step's events in the threads' order, and
+    float addition is not associative.  Here ``events`` (random targets, float32
+    weights) are added in ``orders`` random orders (``np.add.at``): float sums differ in
+    their last bits; integer counts times one weight (the book's homogeneous synapses)
+    never do.  NumPy only: no GPU order is reproduced.
     """
     import numpy as np
 

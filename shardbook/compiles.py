@@ -1,17 +1,14 @@
 """Count compilations through JAX's public monitoring events.
 
-Every time XLA compiles a program, JAX records the event
-``/jax/core/compile/backend_compile_duration`` (``jax.monitoring``).  Counting those
-events while a block runs tells how often the code in it compiled, without reading any
-private cache::
+JAX records ``/jax/core/compile/backend_compile_duration`` (``jax.monitoring``) for
+every XLA compilation; counting it while a block runs tells how often it compiled::
 
     with count_compiles() as compiled:
         step(xs, ys)
         step(xs, ys)
     compiled.count      # 1 if the second call reused the first program
 
-Only compilations of the code in the block count: make its inputs before the block
-(creating an array can compile a small program of its own).
+Make the block's inputs before it: creating an array can compile a program of its own.
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """The chapter configurations: every size and mesh a chapter uses, in one place.
 
-A size that a mesh axis splits must divide by that axis.  The book's sizes are
-multiples of 840 = lcm(1..8), so every device count from 1 to 8 divides them and the
-canonical outputs (8 simulated devices) use them unchanged.  On any other count
-(9, 11, 16, 32, ...) :func:`config` rounds each split size up to the next multiple of
-its axis (:func:`shardbook.devices.divisible_size`) instead of failing with
-``IndivisibleError``; a size that no axis splits stays as it is.
-
-Every notebook, test, builder and script takes its sizes from here::
+A size that a mesh axis splits must divide by that axis.  The book's sizes are multiples
+of 840 = lcm(1..8), so 1 to 8 devices (the canonical outputs use 8) take them unchanged;
+on other counts :func:`config` rounds each split size up to a multiple of its axis
+(:func:`shardbook.devices.divisible_size`).  Every notebook, test and script takes its
+sizes from here::
 
     cfg = config("ch3")            # for the devices the lessons run on
     cfg.H, cfg.B, cfg.mesh_2d      # 840, 8, (2, 4) on 8 devices
@@ -62,8 +59,8 @@ def _lesson_count() -> int:
     return len(lesson_devices())
 
 
-# Each chapter: a function of the device count n that returns its sizes.  Names follow
-# the chapters' prose: B batch, T time steps, I inputs, H hidden units, O outputs.
+# Each chapter's sizes as a function of the device count n.  B batch, T time steps,
+# I inputs, H hidden units, O outputs.
 def _ch1(n):
     # time: exercise 1 splits it n ways; square: over the 2-D mesh (rows x cols = n)
     return dict(rows=divisible_size(16, n), cols=6, batch=divisible_size(840, n),
@@ -80,8 +77,7 @@ def _ch3(n):      # the hidden axis split n ways (1-D), or (b, h) ways (2-D)
                 lr=1e-3, mesh_2d=(b, h),
                 # 3b/3c: the memory comparison, and batches split over all n devices
                 H_mem=divisible_size(1680, n), B_all=divisible_size(8, n),
-                # 3c: the large case of the strategy table and the GPU memory tables
-                # (8 GPUs each; not split over the lesson devices)
+                # 3c: the strategy table's and GPU memory tables' large case (8 GPUs)
                 H_big=50_400, T_big=1000, B_big=32)
 
 
@@ -109,8 +105,7 @@ def _ch5b(n):     # checkpoints: saved on n devices, restored onto n // 2 and on
                 lr=1e-3, scale=_ch4(m)["scale"])
 
 
-def _ch5c(n):     # the troubleshooting gallery: N neurons split n ways; COBA-HH sizes
-    # in multiples of 4200 s that n splits (s = 1 if n <= 8)
+def _ch5c(n):     # troubleshooting: N neurons split n ways; COBA-HH in 4200 s multiples
     unit = _ch4(n)["scale"]
     return dict(N=divisible_size(840, n), coba_step=4200 * unit,
                 coba_small=4200 * divisible_size(2_000, unit),
@@ -118,8 +113,8 @@ def _ch5c(n):     # the troubleshooting gallery: N neurons split n ways; COBA-HH
 
 
 def _ch4a(n):     # page 4a: the published forms at a small size, split n ways
-    # 1600 E + 400 I (half the benchmark's 3200 + 800), run for form_steps of 0.1 ms;
-    # chunks of the book's variant: 12 x 100 ms is the regime protocol's 200 + 1000 ms
+    # 1600 E + 400 I (half the benchmark's), form_steps of 0.1 ms; 12 chunks of 100 ms
+    # are the regime protocol's 200 + 1000 ms
     return dict(form_exc=divisible_size(1600, n), form_inh=divisible_size(400, n),
                 form_steps=600, chunk_steps=1000, chunks=12)
 
@@ -144,8 +139,7 @@ def config(name: str, n: int | None = None) -> Config:
     return Config(name, n, CHAPTERS[name](n))
 
 
-# Chapter 4b (speed and memory) adds its sizes to "ch4"; none depends on the device
-# count (the million-neuron run keeps ``big_per_device`` neurons on every device).
+# Chapter 4b (speed and memory) adds its sizes to "ch4", none depending on n.
 def _ch4_speed(n, _ch4_base=_ch4):
     return dict(_ch4_base(n),
                 timed_scale=1,           # the timing table: 4,200 neurons, one device
@@ -160,11 +154,9 @@ def _ch4_speed(n, _ch4_base=_ch4):
 CHAPTERS["ch4"] = _ch4_speed
 
 
-# Page 2c (is one GPU enough?): small sizes for what is compiled and run, and the
-# discussion's scale (I = O = 1000 features, H = 10,000 hidden units, T = 1000 steps,
-# a batch of 1000 sequences: "input output tensor maybe > 1000^3") for the model's
-# predictions only.  The fixes run on one device (H is never split); only the
-# with_sharding_constraint section splits a state of H_split units over n devices.
+# Page 2c (is one GPU enough?): small sizes to compile and run, and the discussion's
+# scale (*_big: "input output tensor maybe > 1000^3") for predictions only.  Only the
+# with_sharding_constraint section splits anything: a state of H_split units, n ways.
 def _ch2c(n):
     return dict(I=4, H=128, O=4, B=16, T=50, micro=(2, 4, 8),
                 H_split=divisible_size(128, n),
@@ -175,9 +167,8 @@ def _ch2c(n):
 CHAPTERS["ch2c"] = _ch2c
 
 
-# Chapter 7 (JAX's newer tools): chapter 1's product Y = X @ W in explicit sharding
-# mode (K, the contraction, is split n ways; M and N too in the other cases), and
-# chapter 3's RNN with the hidden axis split n ways (collective matmul, brainstate).
+# Chapter 7 (JAX's newer tools): Y = X @ W in explicit sharding mode (M, K, N split n
+# ways) and chapter 3's RNN with the hidden axis split n ways.
 def _ch7(n):
     return dict(M=divisible_size(64, n), K=divisible_size(32, n),
                 N=divisible_size(48, n), I=8, H=divisible_size(840, n), O=8, T=10,

@@ -1,12 +1,8 @@
 """Device setup for every notebook of the book.
 
-JAX fixes the number of CPU devices when its XLA backend starts, and importing
-``brainpy`` starts it.  So this module must be imported, and :func:`setup_devices`
-called, before ``import brainpy`` or any JAX computation.  This module itself does
-not start the backend until :func:`setup_devices` has set the device count.
-
-Anchor: JAX docs, "Introduction to parallel programming" (simulating devices with
-``jax_num_cpu_devices``) and ``jax.config`` option ``jax_num_cpu_devices``.
+JAX fixes the CPU device count when its backend starts, and ``import brainpy`` starts
+it: call :func:`setup_devices` first (JAX docs, "Introduction to parallel programming").
+Importing this module does not start the backend.
 """
 from __future__ import annotations
 
@@ -21,19 +17,14 @@ __all__ = ["DeviceSetupError", "DeviceInfo", "setup_devices", "lesson_devices",
 
 
 class DeviceSetupError(RuntimeError):
-    """The device configuration the reader asked for is not the one JAX is running
-    with."""
+    """The devices asked for are invalid, or not those JAX runs with."""
 
 
 @dataclass(frozen=True)
 class DeviceInfo:
-    """What :func:`setup_devices` set up.
-
-    ``devices`` are the devices the lessons run on (layouts, memory, collectives): all
-    accelerators when there are two or more, else ``count`` simulated CPU devices.
-    ``speed_devices`` are the devices that timings run on: the accelerators when there
-    are any, else the same CPU devices.
-    """
+    """What :func:`setup_devices` set up: ``devices`` for the lessons (all accelerators
+    if two or more, else ``count`` simulated CPUs), ``speed_devices`` for timings (the
+    accelerators if any, else the same CPUs)."""
 
     count: int
     platform: str
@@ -48,8 +39,7 @@ class DeviceInfo:
 
     @property
     def split_on_cpu(self) -> bool:
-        """True when the lessons run on simulated CPU devices beside a lone
-        accelerator."""
+        """True when the lessons run on simulated CPUs beside a lone accelerator."""
         return self.simulated and self.speed_platform != "cpu"
 
     def __str__(self) -> str:
@@ -78,8 +68,8 @@ def _probe():
 
 
 def lesson_devices() -> list:
-    """The devices the lessons run on (see :class:`DeviceInfo`); every mesh of the book
-    is built over these.  Before :func:`setup_devices` has run: ``jax.devices()``."""
+    """The devices the lessons run on (:class:`DeviceInfo`), which every mesh of the
+    book spans.  Before :func:`setup_devices` has run: ``jax.devices()``."""
     if "info" in _STATE:
         return list(_STATE["info"].devices)
     import jax
@@ -95,8 +85,8 @@ def speed_devices() -> list:
 
 
 def requested_cpu_devices(default: int = DEFAULT_NUM_DEVICES) -> int:
-    """The number of simulated CPU devices asked for: ``$BOOK_NUM_DEVICES`` or
-    ``default``."""
+    """The simulated CPU devices asked for: ``$BOOK_NUM_DEVICES`` or ``default``.
+    Raises :class:`DeviceSetupError` unless that is an integer of at least 1."""
     raw = os.environ.get(ENV_VAR, str(default))
     try:
         n = int(raw)
@@ -110,31 +100,21 @@ def requested_cpu_devices(default: int = DEFAULT_NUM_DEVICES) -> int:
 
 def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True,
                   matmul_precision: str | None = "highest", probe=None) -> DeviceInfo:
-    """Configure devices before JAX starts, and check that the configuration took
-    effect.
+    """Configure devices before JAX starts, and check that it took effect.
 
-    * JAX's CPU backend gets ``N`` simulated devices: ``N = $BOOK_NUM_DEVICES`` if set,
-      else ``default`` (8).  JAX reads ``jax_num_cpu_devices`` once, when its backends
-      start (JAX docs, "Introduction to parallel programming").
-    * With two or more GPUs or TPUs, the lessons and the timings use all of them, and
-      ``N`` is ignored.
-    * With one accelerator (Colab's T4, a laptop GPU), one device would show no split at
-      all.  So the lessons (layouts, memory, collectives) run on the ``N`` simulated CPU
-      devices beside it (``jax.devices("cpu")``; ``jax_default_device`` is set to the
-      first of them, so new arrays go there too), and the timings on the accelerator
-      (``speed_devices``).
-    * ``matmul_precision`` sets ``jax_default_matmul_precision``.  The book pins
-      ``"highest"``: on recent NVIDIA GPUs float32 matmuls otherwise run in TF32 (JAX
-      docs, "Matmul precision"), about 1e-3 relative, and the float32 tolerances of the
-      equivalence checks are derived for full float32.  ``None`` keeps JAX's default.
+    JAX's CPU backend gets ``N`` simulated devices (``$BOOK_NUM_DEVICES``, else
+    ``default``); lessons and timings run there, unless there are accelerators.  Two or
+    more (or no CPU backend) take both and ``N`` is ignored; a lone one (which shows no
+    split) takes the timings only, and the first CPU device becomes
+    ``jax_default_device``.  ``matmul_precision`` sets ``jax_default_matmul_precision``
+    (``None``: JAX's default); the book pins ``"highest"``, as the equivalence checks'
+    tolerances assume full float32, not recent NVIDIA GPUs' TF32.  ``probe`` (for tests)
+    replaces the function that returns ``(default backend's devices, CPU devices or
+    None)``.
 
-    Calling it again in the same process is harmless when nothing changed.  If JAX
-    already started with a different CPU device count (for example because
-    ``import brainpy`` ran first), it raises :class:`DeviceSetupError`, which says how
-    to fix it, instead of silently running on the wrong number of devices.
-
-    ``probe`` (for tests) replaces the function that lists what JAX found: it returns
-    ``(the default backend's devices, the CPU devices or None)``.
+    Calling it again is harmless when nothing changed.  Raises
+    :class:`DeviceSetupError`, saying how to fix it, if JAX already started with another
+    CPU device count (e.g. ``import brainpy`` ran first).
 
     Long because: each way the setup can go wrong (too late, too few devices, one
     accelerator) is checked where it happens and named in its error.
@@ -143,8 +123,7 @@ def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True,
 
     n = requested_cpu_devices(default)
     try:
-        # Only the CPU client reads this option; on a GPU machine it sizes the CPU
-        # devices beside the GPUs.  Once the backends have started, JAX refuses it.
+        # Only the CPU client reads it (on a GPU machine: the CPUs beside the GPUs).
         jax.config.update("jax_num_cpu_devices", n)
     except RuntimeError:
         pass  # already started: the count check below says whether that matters
@@ -175,12 +154,8 @@ def setup_devices(default: int = DEFAULT_NUM_DEVICES, verbose: bool = True,
 
 
 def mesh_shape_2d(n: int) -> tuple[int, int]:
-    """A ``(batch, hidden)`` mesh shape for ``n`` devices: the largest divisor of ``n``
-    that is at most ``sqrt(n)`` goes to ``batch``, the rest to ``hidden``.
-
-    1 -> (1, 1), 2 -> (1, 2), 4 -> (2, 2), 6 -> (2, 3), 8 -> (2, 4); a prime p -> (1,
-    p).
-    """
+    """A ``(batch, hidden)`` mesh shape for ``n`` devices: ``batch`` is the largest
+    divisor of ``n`` up to ``sqrt(n)``.  8 -> (2, 4), 6 -> (2, 3), prime p -> (1, p)."""
     b = max(d for d in range(1, int(n**0.5) + 1) if n % d == 0)
     return b, n // b
 
@@ -188,11 +163,8 @@ def mesh_shape_2d(n: int) -> tuple[int, int]:
 def divisible_size(base: int, n: int) -> int:
     """``base`` if ``n`` divides it, else the smallest multiple of ``n`` above ``base``.
 
-    The book's sizes (840 = lcm(1..8), 4200, ...) divide every device count from 1 to
-    8, so the canonical outputs use them unchanged.  On a cluster with, say, 12 or 16
-    devices this keeps a sharded axis divisible instead of failing with
-    ``IndivisibleError``: 840 -> 840 on 12 devices, 848 on 16.
-    """
+    The book's sizes (840, 4200...) divide every count 1..8; on 16 devices, 840 -> 848.
+    Raises ``ValueError`` unless both are positive."""
     if base < 1 or n < 1:
         raise ValueError(
             f"sizes and device counts are positive, got base={base}, n={n}"

@@ -1,37 +1,29 @@
 """What each compiler is expected to do with the book's steps: one table, one check.
 
-XLA's CPU and GPU compilers run different passes, so the same sharded step compiles to
-different collectives and temporaries on the two (chapter 6).  Every compiler-dependent
-claim of the book is one entry of ``expectations.toml``, keyed by the step's name, the
-compiler (``cpu`` or ``gpu``) and the JAX version it was measured with.  A notebook
-never branches on the platform; it asks::
+XLA's CPU and GPU compilers compile the same sharded step to different collectives and
+temporaries (chapter 6).  Every such claim of the book is one entry of
+``expectations.toml``, keyed by step name, compiler (``cpu`` or ``gpu``) and the JAX
+version it was measured with.  A notebook never branches on the platform: :func:`check`
+compares with the entry for the program's own compiler (:func:`expected` says it before
+compiling)::
 
     prog = Program(step.lower(xs, ys).compile())   # from shardbook.hlo import Program
     print(expect.check("rnn.hidden", prog, B=8, T=20, H=840, O=8))
 
-which compares the program with the entry for the program's own compiler and returns
-one line saying what was checked, or raises ``AssertionError`` naming the entry, what
-it expected and what the compiler made.  :func:`expected` gives the same line before
-anything is compiled (predict, then measure).
-
-An entry (see the head of ``expectations.toml``) lists the collectives: each with its
-``op``, and optionally ``phase`` (``once``, ``fwd``, ``bwd``, or ``loop`` for either),
-``async``, ``shapes`` (every array of the result, in any order), ``arrays`` (how many),
-``bytes`` (result bytes on one device), ``count`` (default 1) and ``when`` (a
-condition on the sizes); an ``async`` beside the list applies to every collective.
-``match = "exact"`` (the default) means these and no other;
-``"includes"`` allows others.  Strings in braces are filled from the sizes the caller
-passes (``"f32[{B},{H // n}]"``; ``n`` defaults to the program's device count), with
+An entry lists the collectives, each with its ``op`` and optionally ``phase``
+(``once``, ``fwd``, ``bwd``, or ``loop`` for either), ``async``, ``shapes`` (every array
+of the result, any order), ``arrays`` (how many), ``bytes`` (result bytes on one
+device), ``count`` (default 1) and ``when`` (a condition on the sizes); an ``async``
+beside the list applies to all.  ``match = "exact"`` (default): these and no other;
+``"includes"``: others allowed.  Strings in braces are filled from the caller's sizes
+(``"f32[{B},{H // n}]"``; ``n`` defaults to the program's device count), with
 ``+ - * / // % **``, comparisons, ``and``/``or``/``not`` and ``x if c else y``.  An
-entry may also bound ``memory`` (``{total = {min = "6 * P", below = "7 * P"}}``).
-One rule is general and in no entry: **with one device, no step has a collective**
-(unless the entry says ``single_device = "as listed"``: an explicit ``psum`` stays).
-A ``kind = "parameters"`` entry holds the numbers of a model instead
-(:func:`parameters`).
+entry may also bound ``memory`` (``{total = {min = "6 * P", below = "7 * P"}}``).  With
+one device no step has a collective, unless the entry says
+``single_device = "as listed"`` (an explicit ``psum`` stays).  A ``kind = "parameters"``
+entry holds a model's numbers (:func:`parameters`).
 
-``$BOOK_EXPECTATIONS`` names another table file (``tests/`` plants a changed
-expectation with it and shows that the chapter relying on it fails).
-
+``$BOOK_EXPECTATIONS`` names another table file (``tests/`` plant changed expectations).
 This module imports neither JAX nor BrainPy at import time.
 """
 from __future__ import annotations
@@ -159,8 +151,7 @@ def _shown(expr: str, env: dict, where: str) -> str:
 
 
 def _fill(value, env: dict, where: str):
-    """A template filled from ``env``: ``"{H // n}"`` -> 105, ``"f32[{B},{H}]"``
-    -> a string."""
+    """A template filled from ``env``: ``"{H // n}"`` -> 105, ``"f32[{B}]"`` -> str."""
     if isinstance(value, list):
         return [_fill(v, env, where) for v in value]
     if not isinstance(value, str):
@@ -252,8 +243,8 @@ def _matches(item: dict, c) -> bool:
 
 
 def _assign(items: list[dict], found, exact: bool) -> bool:
-    """Can the collectives be split so that item i gets exactly its count of them
-    (and, when ``exact``, none is left over)?"""
+    """Can ``found`` be split so that each item gets exactly its count (and, when
+    ``exact``, none is left over)?"""
     want = tuple(item["count"] for item in items)
     fits = [[i for i, item in enumerate(items) if _matches(item, c)] for c in found]
     seen = set()
@@ -326,10 +317,9 @@ def expected(step: str, compiler: str, **params) -> str:
 
 
 def check(step: str, program, **params) -> str:
-    """Compare ``program`` (a :class:`shardbook.hlo.Program`) with the table's entry for
-    ``step`` on the program's own compiler; return one line saying what was checked,
-    or raise ``AssertionError`` naming the entry, what it expected and what was found.
-    """
+    """Compare ``program`` (a :class:`shardbook.hlo.Program`) with ``step``'s entry for
+    its compiler: one line saying what was checked, or ``AssertionError`` saying what
+    differs.  ``ValueError`` if the program does not know its compiler."""
     compiler = program.compiler
     if compiler is None:
         raise ValueError("this Program does not know its compiler: build it from the "

@@ -1,17 +1,9 @@
 """An interactive sharding explorer: choose a shape, a mesh and a PartitionSpec, and see
 where the array's shards land (chapter 1).
 
-``explore(shape, mesh, spec)`` is the whole logic, a pure function of its arguments:
-it builds the mesh over the lesson devices (``book.devices()``), places a small array
-with ``jax.device_put(numpy_array, NamedSharding(mesh, spec))`` and returns the text to
-show: the shard table, checked against the spec (each device's slice computed from the
-spec alone, and its bytes), or, for a choice that cannot be placed, a message that says
-what is wrong and how to fix it.  Nothing is replicated silently: a choice that does not
-divide is refused, as ``jax.device_put`` refuses it ("Distributed arrays and automatic
-parallelization", JAX docs).
-
-``widget()`` is a thin ipywidgets wrapper: three text boxes (with suggestions) whose
-values go through ``parse_*`` into ``explore``; it needs a live kernel.
+:func:`explore` places a small array with ``jax.device_put`` and returns the shard
+table, checked against the spec, or what is wrong and how to fix it: a choice that does
+not divide is refused, never replicated silently.  :func:`widget`: its ipywidgets form.
 """
 from __future__ import annotations
 
@@ -106,11 +98,9 @@ def _problem(shape: tuple, mesh: Mapping[str, int], spec: tuple, n: int) -> str 
 def expected_slices(shape: Sequence[int], mesh: Mapping[str, int],
                     spec: Sequence) -> dict[int, tuple[tuple[int, int], ...]]:
     """Each mesh position's slice, from the spec alone: ``{position: ((start, stop),
-    ...)}``, positions numbered row-major over the mesh axes in their order.
-
-    A dimension split over axes ``(a, b)`` is cut into ``size(a) * size(b)`` blocks,
-    and the device at coordinates ``(i_a, i_b)`` holds block ``i_a * size(b) + i_b``
-    (the JAX docs' rule: the first named axis is the major one)."""
+    ...)}``, positions row-major over the mesh axes.  Of a dimension split over axes
+    ``(a, b)``, the device at ``(i_a, i_b)`` holds block ``i_a * size(b) + i_b`` (the
+    JAX docs' rule: the first named axis is the major one)."""
     names, sizes = list(mesh), list(mesh.values())
     spec = list(spec) + [None] * (len(shape) - len(spec))
     out = {}
@@ -130,8 +120,7 @@ def expected_slices(shape: Sequence[int], mesh: Mapping[str, int],
 
 
 def _check(arr, shape, mesh, spec, devices, itemsize) -> int:
-    """Assert the placed array against the spec: every device's slice, and its bytes.
-    Returns the predicted bytes per device."""
+    """Assert every device's slice and bytes against the spec; the bytes per device."""
     want = expected_slices(shape, mesh, spec)
     by_device = {d.id: pos for pos, d in enumerate(devices)}
     ways = math.prod(mesh[a] for e in spec for a in _axes_of(e))
@@ -158,8 +147,8 @@ def _refusal(head: str, problem: str, *notes: str) -> str:
 
 
 def place(host, sharding):
-    """The explorer's one placement: host data straight onto the mesh (a test plants a
-    silently replicating placement here, and ``explore`` must refuse it)."""
+    """The explorer's one placement: host data onto the mesh (a test plants a silently
+    replicating placement here, which ``explore`` must refuse)."""
     import jax
 
     return jax.device_put(host, sharding)
@@ -169,8 +158,7 @@ def explore(shape: Sequence[int], mesh: Mapping[str, int], spec: Any = (),
             dtype: str = "float32", devices: Sequence | None = None) -> str:
     """The explorer's text for one choice: the checked shard table, or what went wrong.
 
-    ``shape``: the array's shape; ``mesh``: axis name -> size, in order (their product
-    is at most the device count; the mesh uses the first devices); ``spec``: a
+    ``mesh``: axis name -> size, in order, over the first devices; ``spec``: a
     ``PartitionSpec`` or its entries (a name, a tuple of names, or None per dimension).
     """
     from jax.sharding import Mesh, NamedSharding, PartitionSpec

@@ -1,16 +1,10 @@
 """The GPU figures the book's time and cost models use, each with its source.
 
-:data:`HARDWARE` and :data:`SOURCES` are the H200 figures of chapter 4's time model
-(8 GPUs per node on NVLink, nodes on InfiniBand, NCCL's ring latencies, a kernel
-launch, a host round trip).  :data:`GPUS` gives the same figures per GPU, with the
-H100 SXM's where they differ and what chapter 3's cost model needs besides: peak
-FLOP/s, the L2 cache and the device memory that XLA's device spec reports
-(``shardbook/gpu_specs``) beside the datasheets'.  They are cited, not measured: a model
-built on them says how a step scales, and within which uncertainty, not what a GPU
-times.
-
-:func:`allgather_latency` and :func:`link_seconds` are NCCL's ring model of an
-all-gather over ``n`` GPUs, on these figures.
+:data:`HARDWARE` (sources: :data:`SOURCES`) holds chapter 4's H200 figures: NVLink,
+InfiniBand, NCCL's ring latencies, a kernel launch, a host round trip.  :data:`GPUS`
+gives them per GPU (the H100 SXM's where they differ) with chapter 3's additions: peak
+FLOP/s, L2, and the device memory as XLA reports it and as datasheets state it.  Cited,
+not measured: a model on them says how a step scales, not what a GPU times.
 
 This module imports neither JAX nor BrainPy.
 """
@@ -89,7 +83,8 @@ def budget_bytes(name: str, fraction: float = JAX_MEM_FRACTION) -> float:
 
 
 def gpu(name: str) -> dict:
-    """The figures of ``name`` (``'h200'`` or ``'h100_sxm'``)."""
+    """The figures of GPU ``name``: ``'h200'`` or ``'h100_sxm'`` (also ``'H100'``,
+    ``'h100-sxm'``...); ``KeyError`` for another."""
     key = name.lower().replace("-", "_").replace(" ", "_")
     key = {"h100": "h100_sxm"}.get(key, key)
     if key not in GPUS:
@@ -146,12 +141,10 @@ def ring_sent_bytes(op: str, result_bytes: float, k: int) -> float:
 
 
 def sent_per_call(program, trips: int | None = None) -> float:
-    """Bytes one device sends per call of a compiled program
-    (``shardbook.hlo.Program``): each collective on a ring of its own replica group
-    (``Collective.group``; the program's devices where it names none), times the
-    trips of the loops around it (``trips`` for each, or each loop's known count).
-    Raises ``ValueError`` for a collective whose group the reader could not read,
-    rather than guessing every device."""
+    """Bytes one device sends per call of a ``shardbook.hlo.Program``: each collective
+    on a ring of its replica group (``Collective.group``), times the trips of the loops
+    around it (``trips`` for each, else each loop's known count).  Raises ``ValueError``
+    for a collective whose group could not be read, rather than guess every device."""
     total = 0.0
     for c in program.collectives:
         if c.group is None and c.op != "collective-permute":

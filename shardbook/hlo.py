@@ -1,16 +1,9 @@
 """The one reader of compiled XLA programs: :class:`Program`.
 
-``jax.jit(f).lower(*args).compile().as_text()`` is the optimized, partitioned HLO
-that every device runs (JAX docs, "Ahead-of-time lowering and compilation").  Each
-collective is one instruction there (see :data:`EXAMPLE_LINE`).  A loop
-(``jax.lax.scan``, ``bm.for_loop``, ``DSTrainer.predict``) becomes a ``while``
-instruction whose ``body=`` computation runs once per time step, so collectives in a
-loop body are *per step* and collectives elsewhere are *per call*.  XLA's
-``WhileLoopTripCountAnnotator`` (``xla/service/cpu/cpu_compiler.cc``,
-``xla/service/gpu/gpu_compiler.cc``) writes the trip count it proved into the
-``while``'s ``backend_config``: ``"known_trip_count":{"n":"50"}``.
-
-::
+``compiled.as_text()`` is the optimized, partitioned HLO every device runs; each
+collective is one instruction (:data:`EXAMPLE_LINE`).  A loop (``jax.lax.scan``,
+``bm.for_loop``) becomes a ``while`` whose body runs once per time step, so collectives
+in a loop body are *per step*, others *per call*::
 
     prog = Program(step.lower(xs, ys).compile())   # compiler inferred: "cpu" or "gpu"
     prog.collectives       # (Collective(op="all-reduce", phase="bwd", ...), ...)
@@ -18,9 +11,8 @@ loop body are *per step* and collectives elsewhere are *per call*.  XLA's
     print(prog.table())    # the collectives per place, at most 100 columns
     prog.traffic()         # (launches, result bytes) per call, at the trip counts
 
-A ``Program`` travels as JSON (:meth:`Program.to_json`, :meth:`Program.from_json`):
-that is how ``shardbook.gputarget``'s child process sends back what it compiled for a
-GPU.  This module imports neither JAX nor BrainPy.
+A ``Program`` travels as JSON (:meth:`Program.to_json`, :meth:`Program.from_json`).
+This module imports neither JAX nor BrainPy at import time.
 """
 from __future__ import annotations
 
@@ -91,13 +83,12 @@ def shape_bytes(shape: str) -> int:
 
 
 def _group_size(line: str, devices: int) -> int | None:
-    """How many devices one replica group of a collective instruction holds, in the
-    three forms XLA prints: a mesh and the axes the group spans
-    (``replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_1'}``: 4), the iota form
-    (``[2,4]<=[8]``: [groups, group size]) and a list (``{{0,1,2,3},{4,5,6,7}}``; ``{}``
-    is every device).  An instruction without ``replica_groups`` spans every device
-    (HLO's default).  None for a form this reader does not know (a sub-axis such as
-    ``{'axis_1':(1)2}``): :func:`shardbook.hardware.sent_per_call` then refuses."""
+    """Devices in one replica group of a collective instruction.
+
+    Reads a mesh form (``mesh['axis_0'=2,'axis_1'=4] {'axis_1'}``: 4), the iota form
+    (``[2,4]<=[8]``: [groups, size]) and a list (``{{0,1},{2,3}}``; ``{}`` and no
+    ``replica_groups`` mean every device).  None for an unknown form (a sub-axis such as
+    ``{'axis_1':(1)2}``)."""
     if "replica_groups=" not in line:
         return devices
     m = _GROUPS_RE.search(line)
@@ -137,11 +128,9 @@ def _split_top(s: str) -> list[str]:
 def _result_type(op: str, type_str: str) -> str:
     """The part of an instruction's type that is the collective's *result*.
 
-    ``all-gather-start``, ``reduce-scatter-start``, ``all-to-all-start`` and
-    ``collective-permute-start`` return ``(operands, results[, context])``;
-    ``all-reduce-start`` returns the results only (``xla/service/hlo_verifier.cc``).
-    Every result counts: a combined collective returns several.
-    """
+    A ``-start`` op other than ``all-reduce-start`` returns ``(operands, results[,
+    context])`` (``xla/service/hlo_verifier.cc``).  A combined collective has several
+    results; all count."""
     if op.endswith("-start") and op != "all-reduce-start":
         t = type_str.strip()
         parts = _split_top(t[1:-1]) if t.startswith("(") and t.endswith(")") else [t]
@@ -220,19 +209,15 @@ def _compiler_of(compiled) -> str | None:
 class Program:
     """A compiled program, read once: collectives, loops, memory and constants.
 
-    ``Program(compiled)`` takes a ``jax.stages.Compiled`` (the compiler is read from
-    the platform of its devices: ``"cpu"``, or ``"gpu"`` also for the compile-only
-    devices of ``jax.experimental.topologies``) or the text of ``as_text()`` with the
-    compiler named (``Program(text, "gpu")``; ``None``: unknown).
+    ``Program(compiled)`` takes a ``jax.stages.Compiled`` (compiler read from its
+    devices' platform, ``"gpu"`` also for ``jax.experimental.topologies`` devices) or
+    the ``as_text()`` text with the compiler named (``Program(text, "gpu")``).
 
-    Attributes: ``compiler``, ``devices`` (partitions x replicas), ``collectives``
-    (:class:`Collective`), ``whiles`` (:class:`While`), ``custom_calls`` (the
-    targets of its ``custom-call`` instructions; ``None`` when read from an older
-    text-less file that did not keep them), ``memory`` (the
-    ``memory_analysis()`` dict of :func:`shardbook.memory.compiled_memory`, when built
-    from a compiled program), ``text``, and ``meta`` (where it was compiled: target,
-    builder, compile seconds; filled by ``shardbook.gputarget``).
-    """
+    Attributes: ``compiler`` (``None``: unknown), ``devices`` (partitions x replicas),
+    ``collectives``, ``whiles``, ``custom_calls`` (targets of its ``custom-call``
+    instructions; ``None`` from an older text-less file), ``memory``
+    (:func:`shardbook.memory.compiled_memory`, when built from a compiled program),
+    ``text`` and ``meta`` (where it was compiled; filled by ``shardbook.gputarget``)."""
 
     def __init__(self, compiled_or_text, compiler: str | None = None, *,
                  memory: dict | None = None, meta: dict | None = None):
@@ -253,8 +238,8 @@ class Program:
     def _parse(self, text: str) -> None:
         """Read ``text`` once: collectives, loops, custom calls, constants, calls.
 
-        Long because: one pass over the program's text, line by line, reads every kind
-        of instruction the book counts; split, the text would be read once per kind."""
+        Long because: one pass over the text reads every kind of instruction the book
+        counts; split, the text would be read once per kind."""
         calls: dict[str, set[str]] = {}
         ops_of: dict[str, list[str]] = {}  # each computation's opcodes, in order
         custom_calls: set[str] = set()
@@ -367,8 +352,7 @@ class Program:
 
         ``where`` keeps those whose fields equal the values given:
         ``prog.counts(per_step=True)["all-gather"]``,
-        ``prog.counts(("phase", "op"))[("bwd", "reduce-scatter")]``.
-        """
+        ``prog.counts(("phase", "op"))[("bwd", "reduce-scatter")]``."""
         keys = (by,) if isinstance(by, str) else tuple(by)
         kept = [c for c in self.collectives
                 if all(getattr(c, k) == v for k, v in where.items())]
@@ -376,9 +360,9 @@ class Program:
                        else tuple(getattr(c, k) for k in keys) for c in kept)
 
     def rows(self) -> list[dict]:
-        """The collectives grouped by place, kind, mode and shapes: one dict per group
-        with ``where``, ``op``, ``async``, ``shapes``, ``count`` and ``bytes`` (result
-        bytes on one device, summed over the group)."""
+        """One dict per group of collectives alike in place, op, mode and shapes:
+        ``where``, ``op``, ``async_``, ``shapes``, ``count``, ``bytes`` (result bytes on
+        one device, summed) and ``shown``."""
         groups: dict[tuple, list[Collective]] = {}
         for c in self.collectives:
             where = "once" if c.loop is None else \
@@ -409,27 +393,25 @@ class Program:
         return "\n".join(str(c) for c in self.collectives)
 
     def body_ops(self, loop: While) -> tuple[str, ...]:
-        """The opcodes of the top-level instructions of ``loop``'s body, in program
-        order (``"fusion"``, ``"all-gather-start"``, ``"while"``, ...)."""
+        """The opcodes of ``loop``'s body, in program order (``"fusion"``, ``"while"``,
+        ...).  ``ValueError`` for a Program from an older text-less file."""
         if self._ops_of is None:
             raise ValueError("this Program was saved without its instructions (an "
                              "older text-less file): compile it again to read them")
         return self._ops_of.get(loop.body, ())
 
     def time_loop(self) -> While:
-        """The outermost ``while`` loop that comes last in the program: a simulation's
-        or a training step's loop over time.  Raises ``ValueError`` if there is none."""
+        """The last outermost ``while`` loop: the loop over time.  ``ValueError`` if
+        there is none."""
         outer = [w for w in self.whiles if w.outer is None]
         if not outer:
             raise ValueError("no time loop (while) in this program")
         return outer[-1]
 
     def constants(self, min_bytes: int = 1024) -> list[tuple[str, int]]:
-        """Large ``constant`` instructions: arrays baked into the program itself.
-
-        A closed-over array becomes such a constant, at full size, in every device's
-        program, whatever sharding it had before (see chapter 4).
-        """
+        """Large ``constant`` instructions ``(shape, bytes)``: arrays baked into the
+        program.  A closed-over array becomes one, at full size, on every device
+        whatever its sharding (chapter 4)."""
         return [(s, b) for s, b in self._constants or () if b >= min_bytes]
 
     def constant_bytes(self, min_bytes: int = 1024) -> int:
@@ -437,8 +419,8 @@ class Program:
         return sum(b for _, b in self.constants(min_bytes))
 
     def trips_of(self, collective: Collective, trips: int | None = None) -> int:
-        """How often ``collective`` runs per call: the product of the trip counts of
-        the loops around it (``trips`` for each, or each loop's known trip count)."""
+        """How often ``collective`` runs per call: the product of its loops' trip
+        counts (``trips`` for each, else the known ones; ``ValueError`` if unknown)."""
         n = 1
         for k in self._enclosing.get(collective.computation, ()):
             t = trips if trips is not None else self.whiles[k].known_trip_count
@@ -458,8 +440,7 @@ class Program:
     def to_json(self, text: bool = True) -> dict:
         """A JSON-ready dict; :meth:`from_json` rebuilds the same Program.
 
-        With ``text=False`` the HLO text is left out and the parsed collectives, loops
-        and constants are sent instead (a smaller file, for data files)."""
+        ``text=False`` stores the parsed fields instead of the HLO text (smaller)."""
         out = {"schema": "shardbook.hlo.Program/1", "compiler": self.compiler,
                "devices": self.devices, "memory": self.memory, "meta": self.meta}
         if text and self.text is not None:

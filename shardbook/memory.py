@@ -1,9 +1,8 @@
 """Memory ledgers: predict bytes per device, then compare with what XLA reports.
 
-``compiled.memory_analysis()`` (JAX docs, "Ahead-of-time lowering and compilation")
-describes the program that *one* device runs: its arguments, outputs and
-temporaries, in bytes, after partitioning.  Compare it with a prediction built from
-bytes per neuron, bytes per synapse, bytes per parameter.
+``compiled.memory_analysis()`` describes the program *one* device runs, after
+partitioning: its arguments, outputs and temporaries in bytes.  Compare it with a
+prediction from bytes per neuron, per synapse, per parameter.
 """
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ MiB = 2**20
 
 
 def compiled_memory(compiled) -> dict[str, int]:
-    """Per-device bytes of a compiled program: arguments, outputs, temporaries, code and
-    total."""
+    """Per-device bytes of a compiled program: arguments, outputs, aliased,
+    temporaries, code and total."""
     m = compiled.memory_analysis()
     out = dict(
         arguments=int(m.argument_size_in_bytes),
@@ -27,7 +26,7 @@ def compiled_memory(compiled) -> dict[str, int]:
         temporaries=int(m.temp_size_in_bytes),
         code=int(m.generated_code_size_in_bytes),
     )
-    # outputs that alias (donated) arguments occupy no extra space
+    # outputs that alias (donated) arguments take no extra space
     out["total"] = (
         out["arguments"] + out["outputs"] - out["aliased"] + out["temporaries"]
     )
@@ -44,12 +43,10 @@ def fmt_bytes(n: float) -> str:
 
 @dataclass
 class Ledger:
-    """Rows of (item, predicted bytes, measured bytes), with a relative tolerance per
-    row.
+    """Rows of (item, predicted bytes, measured bytes, rtol).
 
     ``check()`` raises ``AssertionError`` naming every row whose measurement misses
-    its prediction, so a notebook can state a memory model and prove it in one cell.
-    """
+    its prediction: a notebook states a memory model and proves it in one cell."""
 
     title: str = "bytes per device"
     rows: list = field(default_factory=list)
@@ -91,11 +88,9 @@ class Ledger:
 def largest_fitting(
     bytes_for_size, memory_bytes: float, lo: int = 1, hi: int = 1 << 40, step: int = 1
 ) -> int:
-    """Largest size ``n`` (a multiple of ``step``) with ``bytes_for_size(n) <=
-    memory_bytes``.
+    """Largest multiple ``n`` of ``step`` with ``bytes_for_size(n) <= memory_bytes``.
 
-    ``bytes_for_size`` must be non-decreasing.  Returns 0 if not even ``step`` fits.
-    """
+    ``bytes_for_size`` must be non-decreasing.  Returns 0 if not even ``step`` fits."""
     if bytes_for_size(step) > memory_bytes:
         return 0
     lo_k, hi_k = 1, max(1, hi // step)
@@ -113,9 +108,8 @@ def largest_fitting(
 def device_memory_stats(devices) -> list[dict] | None:
     """Each device's ``memory_stats()``, or ``None`` where the platform keeps none.
 
-    XLA:CPU devices keep no statistics and accelerators do (``PjRtClient``'s
-    ``GetAllocatorStats``); a platform that does otherwise raises, so a page that
-    reads the statistics never silently skips them."""
+    XLA:CPU devices keep none and accelerators do; a platform that does otherwise
+    raises ``AssertionError``, so a page never silently skips them."""
     stats = [d.memory_stats() for d in devices]
     keeps = None not in stats
     platform = devices[0].platform

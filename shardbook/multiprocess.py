@@ -1,32 +1,17 @@
 """One sharded model across several processes, with JAX's own multi-process runtime.
 
-Chapter 5a runs the model-parallel RNN of chapter 3 (:class:`shardbook.rnn.RNN`
-under a ``'hidden'`` mesh) in two processes with four simulated CPU devices each, and
-checks that the 8-device result equals the single-process one.
-
-There is no home-made protocol here.  ``jax.distributed.initialize`` connects the
-processes (JAX docs, "Multi-controller JAX" / ``jax/_src/distributed.py``): process 0
-starts a coordinator service, every process connects to it, and afterwards
-``jax.devices()`` lists the devices of *all* processes.  On CPU the collectives
-between processes go through Gloo over TCP (``jax_cpu_collectives_implementation``,
-default ``'gloo'`` in JAX 0.10.2).  Every process runs the *same* program on its own
-devices: this is "multi-controller" JAX, the same model as on a GPU cluster.
-
-Two parts:
-
-* :func:`worker` is what each process runs.  It is teaching code: read it top to bottom.
-* :func:`launch` starts ``N`` worker processes on this machine (``python -m
-  shardbook.multiprocess ...``), on the loopback interface and a free port, with a
-  time limit, and returns what each one reported (one JSON object per process).
-
-Run one worker by hand, e.g. in two terminals::
+Chapter 5a runs chapter 3's model-parallel RNN in two processes of four simulated CPU
+devices each, and checks the result against one process.  ``jax.distributed.initialize``
+connects the processes; ``jax.devices()`` then lists all their devices, and CPU
+collectives between them go through Gloo over TCP.  Every process runs the same program
+(multi-controller JAX, as on a GPU cluster).  :func:`worker` is what each one runs (read
+it top to bottom); :func:`launch` starts ``N`` here and returns their JSON reports.  By
+hand, one terminal per ``--process-id`` (0, 1)::
 
     JAX_PLATFORMS=cpu python -m shardbook.multiprocess --process-id 0 \
         --num-processes 2 --port 12355
-    JAX_PLATFORMS=cpu python -m shardbook.multiprocess --process-id 1 \
-        --num-processes 2 --port 12355
 
-This module imports neither JAX nor BrainPy at import time: the device count and
+Nothing here imports JAX or BrainPy at import time: the device count and
 ``jax.distributed.initialize`` must come before either starts the XLA backend.
 """
 from __future__ import annotations
@@ -47,16 +32,13 @@ __all__ = ["LOOPBACK", "DEFAULTS", "COBA_DEFAULTS", "start_runtime", "shard_repo
 
 LOOPBACK = "127.0.0.1"
 
-# The model and task of the multi-process run: the chapter-3 RNN, small enough that
-# Gloo's TCP collectives between processes (at every time step, forward and backward)
-# stay fast on a laptop.  The sizes are chapter 5a's configuration (shardbook.config):
-# these for the canonical 2 x 4 devices; launch() uses those of its own device count.
+# The chapter-3 RNN, small enough that Gloo's TCP collectives at every step stay fast
+# on a laptop: chapter 5a's sizes for 2 x 4 devices (start() uses its device count's).
 DEFAULTS = config("ch5a", 8).asdict()
-# The spiking network of chapter 4 (shardbook.coba), 4,200 neurons at scale 1: 3,360 E
-# and 840 I, both divisible by any device count 1..8.  coba_steps=0 skips it; steps=0
-# skips the RNN.  coba_out_dir: where each process saves its gathered raster
-# (bit-packed .npy).  coba_shift_process: a process that uses seed + 1 (a planted
-# bug, for the tests).
+# Chapter 4's spiking network: 4,200 neurons at scale 1, divisible by any device count
+# 1..8.  coba_steps=0 skips it (steps=0 skips the RNN).  coba_out_dir: where each
+# process saves its gathered raster (bit-packed .npy).  coba_shift_process: a process
+# that uses seed + 1 (a planted bug).
 COBA_DEFAULTS = dict(coba_scale=1, coba_steps=0, coba_seed=0, coba_out_dir="",
                      coba_shift_process=-1, coba_nets=())
 # coba_nets: networks of any graph, delivery and start (see coba_networks_part), e.g.
@@ -64,9 +46,7 @@ COBA_DEFAULTS = dict(coba_scale=1, coba_steps=0, coba_seed=0, coba_out_dir="",
 #   "skip": 500, "window": 100, "after": 50, "checkpoint": True}]
 
 
-# ---------------------------------------------------------------------------------
-# What every process runs
-# ---------------------------------------------------------------------------------
+# ---- What every process runs ---------------------------------------------------------
 # region: multiprocess.start_runtime
 def start_runtime(process_id: int, num_processes: int, port: int, local_devices: int,
                   timeout_s: int = 60) -> None:
@@ -278,9 +258,9 @@ def coba_part(cfg: dict) -> dict:
 def skip_chunks(spec: dict) -> int:
     """How many ``window``-step runs make the ``skip`` steps of a ``coba_nets`` entry.
 
-    The skipped steps run the window's own program (its records dropped), so that each
-    network compiles one step program, not two; the one-process reference of a test
-    runs them the same way.  ``skip`` must be a multiple of ``window``."""
+    Skipped steps run the window's own program (records dropped), so each network
+    compiles one step program, not two.  Raises ``ValueError`` unless ``window >= 1``
+    and ``skip`` is a multiple of it."""
     skip, window = spec.get("skip", 0), spec.get("window", 0)
     if window < 1:
         raise ValueError(f"coba_nets entry {spec.get('name')!r}: window={window}; "
@@ -294,15 +274,14 @@ def skip_chunks(spec: dict) -> int:
 def coba_networks_part(cfg: dict) -> dict:
     """Chapter 4's networks, any graph, delivery and start, across every process.
 
-    For each entry of ``cfg["coba_nets"]``: build it on all devices of all processes
-    (each process makes only its own devices' part of the graph), read its in-degrees
-    and connectivity fingerprint from those parts, run ``skip`` steps (in chunks of
-    ``window``, whose records are dropped: see :func:`skip_chunks`), then ``window``
-    steps recording spikes and V, which every process gathers and saves
-    as ``<name>_p<process>_{spike,V}.npy``; with ``checkpoint``, save an Orbax
-    checkpoint into ``<out_dir>/<name>_ckpt`` (every process writes its shards) and run
-    ``after`` steps more, saved as ``<name>_after_p<process>_*.npy``.  With
-    ``shift_process``, that process builds from seed + 1 (a planted bug for the tests).
+    For each entry of ``cfg["coba_nets"]``: build it on all devices (each process makes
+    only its devices' part of the graph), run ``skip`` steps (:func:`skip_chunks`), then
+    ``window`` steps whose spikes and V every process gathers and saves in ``out_dir``
+    as ``<name>_p<process>_{spike,V}.npy``.  With ``checkpoint``: an Orbax checkpoint
+    in ``<out_dir>/<name>_ckpt``, then ``after`` steps more, saved as
+    ``<name>_after_p<process>_*.npy``.  With ``shift_process``, that process builds
+    from seed + 1 (a planted bug).  Returns each name's fingerprint, in-degrees,
+    devices and ``t``.
     """
     import jax
     import numpy as np
@@ -322,12 +301,12 @@ def coba_networks_part(cfg: dict) -> dict:
 
     for spec in cfg["coba_nets"]:
         name, build = spec["name"], dict(spec["build"])
-        if me == spec.get("shift_process", -1):   # a planted bug for the tests: this
-            build["seed"] = build.get("seed", 0) + 1   # process draws another network
+        if me == spec.get("shift_process", -1):
+            build["seed"] = build.get("seed", 0) + 1
         net = coba.build(jax.devices(), **build)
         sim = coba.Simulation(net, record=("spike", "V"))
-        for _ in range(skip_chunks(spec)):   # the window's program, its output dropped:
-            sim.run(spec["window"])          # one compile per network, not two
+        for _ in range(skip_chunks(spec)):
+            sim.run(spec["window"])
         save(name, sim.run(spec["window"]), net)
         reports[name] = dict(
             fingerprint=connectivity.fingerprint(net),
@@ -340,9 +319,7 @@ def coba_networks_part(cfg: dict) -> dict:
     return reports
 
 
-# ---------------------------------------------------------------------------------
-# Starting the processes (the notebook's job; on a cluster, srun or mpirun does it)
-# ---------------------------------------------------------------------------------
+# ---- Starting the processes (the notebook's job; on a cluster, srun's or mpirun's) ---
 def free_port() -> int:
     """A TCP port on the loopback interface that nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -351,9 +328,9 @@ def free_port() -> int:
 
 
 def child_env(extra: dict | None = None) -> dict:
-    """The environment of a CPU-only child (:func:`shardbook.child.clean_env`): no
-    ``JAX_*`` or ``BOOK_NUM_DEVICES`` of this process, ``XLA_FLAGS`` less a forced
-    device count (the worker sets its own), ``JAX_PLATFORMS=cpu``, then ``extra``."""
+    """A CPU-only worker's environment: :func:`shardbook.child.clean_env` keeping
+    ``XLA_FLAGS`` (less a forced device count), with ``JAX_PLATFORMS=cpu`` and
+    ``extra``."""
     return child.clean_env(dict(JAX_PLATFORMS="cpu", **(extra or {})),
                            keep=("XLA_FLAGS",))
 
@@ -366,9 +343,8 @@ class Launch:
         self._reports = None
 
     def result(self) -> list[dict]:
-        """The reports, sorted by process index.  If any worker fails, or they have not
-        all finished by the deadline, every worker is killed and the error (with the
-        end of the failing worker's stderr) is raised."""
+        """The reports, sorted by process index.  A failed worker or the deadline kills
+        every worker and raises :class:`shardbook.child.ChildError` (end of stderr)."""
         if self._reports is None:
             try:
                 left = max(0.0, self.deadline - time.monotonic())
@@ -382,15 +358,12 @@ class Launch:
 
 def start(num_processes: int = 2, devices_per_process: int = 4, timeout_s: float = 240,
           **task) -> Launch:
-    """Start ``num_processes`` workers on this machine and return at once.
-
-    Each worker is ``python -m shardbook.multiprocess`` with its process id, on
-    ``127.0.0.1`` and one free port, with ``JAX_PLATFORMS=cpu`` and
-    ``devices_per_process`` simulated devices.  ``timeout_s`` counts from now.
-    """
+    """Start ``num_processes`` CPU workers of ``devices_per_process`` simulated devices
+    (``127.0.0.1``, one free port) and return at once; ``timeout_s`` counts from now.
+    A bad ``coba_nets`` entry raises ``ValueError`` before any worker starts."""
     port = free_port()
     task = {**config("ch5a", num_processes * devices_per_process).asdict(), **task}
-    for spec in task.get("coba_nets", ()):   # a bad entry fails here, not in a worker
+    for spec in task.get("coba_nets", ()):
         skip_chunks(spec)
     args = ["--num-processes", num_processes, "--port", port,
             "--devices-per-process", devices_per_process, "--task", json.dumps(task)]

@@ -33,12 +33,9 @@ def plot_axis_ownership(
 ):
     """Draw each axis of ``x`` as a bar, split into the blocks that each device owns.
 
-    Works for any number of dimensions, e.g. (batch, time, neuron).  Three cases look
-    different: where the axis is split, each block has its own colour and names its
-    devices; where it is not split, the one block is white and says "whole" (every
-    device holds all of this axis, perhaps a different slice of the others); where
-    devices hold identical copies of a block (replication), it is hatched grey and
-    says "copies".
+    A split axis shows one coloured block per owner, named by its devices; an unsplit
+    one is a white "whole" block; a block that devices hold identical copies of is
+    hatched grey, "copies".
 
     Long because: one figure, drawn bar by bar, with its three cases (split, whole,
     copies) side by side.
@@ -48,7 +45,7 @@ def plot_axis_ownership(
     arr = as_jax(x)
     colors = device_colors(max(len(arr.sharding.device_set), 1))
     labels = list(axis_labels or [f"axis {i}" for i in range(arr.ndim)])
-    # devices that hold exactly the same slice of the whole array: copies
+    # devices that hold the same slice of the whole array are copies
     by_index: dict[tuple, set[int]] = {}
     for s in arr.global_shards:
         key = tuple(ix.indices(dim) for ix, dim in zip(s.index, arr.shape))
@@ -100,11 +97,8 @@ _SI = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
 
 
 def round_bytes(v: float) -> str:
-    """A round label for a byte count at a power of ten: ``1 kB``, ``10 MB``, ``100 B``.
-
-    Decimal units (1 kB = 1000 B), so every power of ten gets a round label; tables in
-    the book use binary units (KiB, MiB), whose powers of ten are not round.
-    """
+    """A round label for a byte count at a power of ten: ``1 kB``, ``10 MB``, ``100 B``
+    (decimal units, 1 kB = 1000 B; :func:`round_binary` for KiB, MiB)."""
     for size, unit in _SI:
         if v >= size:
             return f"{v / size:g} {unit}"
@@ -113,11 +107,9 @@ def round_bytes(v: float) -> str:
 
 def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device",
               binary: bool = False) -> None:
-    """Make ``axis`` of ``ax`` a log byte axis with ticks at powers of ten, round
-    labels.
-
-    Call it after the data are plotted (and limits are set): the ticks are the powers of
-    ten inside the axis limits, labelled ``1 kB``, ``10 kB``, ``100 kB``, ``1 MB``...
+    """Make ``axis`` of ``ax`` a log byte axis with round labels at the powers of ten
+    inside its limits (``1 kB``, ``10 kB``...), or with ``binary`` at the powers of
+    four (``1 KiB``, ``4 KiB``...).  Call it after the data are plotted and limits set.
     """
     import math
 
@@ -126,8 +118,6 @@ def byte_axis(ax, axis: str = "y", label: str | None = "bytes per device",
     (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
     lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
     lo = max(lo, 1e-300)
-    # decimal: ticks at 10^k labelled kB, MB...; binary (the tables' units): ticks at
-    # 4^k labelled KiB, MiB...
     if binary:
         base, fmt, unit = 4, round_binary, "1 KiB = 1024 B"
     else:
@@ -170,9 +160,9 @@ def plot_bytes_vs_devices(
 ):
     """Bytes per device against device count, one line per strategy (log-log).
 
-    ``series`` are measurements (markers); ``predicted`` are model curves (dashed).
-    The byte axis has ticks at powers of ten with round labels (:func:`byte_axis`), and
-    the legend sits outside the axes, on the right, so it never covers the data.
+    ``series`` are measurements (markers); ``predicted`` are model curves, dashed or,
+    with ``binary``, wide pale bands (and binary byte units, :func:`byte_axis`).  The
+    legend sits right of the axes, off the data.
     """
     import matplotlib.pyplot as plt
 

@@ -1,38 +1,21 @@
 """Every private internal of JAX, brainstate, Orbax and myst-nb that the book touches.
 
-The book uses public APIs wherever they exist: ``jax.distributed.initialize`` with
-``coordinator_address``, ``coordinator_bind_address``, ``num_processes``,
-``process_id``, ``initialization_timeout`` and ``cluster_detection_method``; the
-``jax_num_cpu_devices`` and ``jax_cpu_collectives_implementation`` options;
-``jax.experimental.multihost_utils``; ``jax.monitoring`` (to count compilations);
-Orbax's ``CheckpointManager``.  What no public API offers is below, and nowhere else:
-``tests/test_private.py`` greps every file of the repository (package, notebooks,
-tests, ci, recipes, ``_ext``) for private names outside this module.  Each function
-checks, before it touches anything, that the installed version is the one the book
-pins, and otherwise fails with a message that names the pinned version, instead of
-misbehaving quietly.
-
-Touch points:
+Where no public API does the job, the private one is used here and nowhere else
+(``tests/test_private.py`` greps the repository).  Each function first checks that the
+installed version is the pinned one, else fails with a message that names it.
 
 1. :func:`gloo_on_loopback`: ``jax._src.distributed.global_state``,
-   ``jax._src.xla_bridge.register_backend_factory`` and ``make_cpu_client``, and
-   ``jax._src.lib._jax.make_gloo_tcp_collectives(hostname=...)``.  JAX 0.10.2 makes
-   Gloo listen on the address of the machine's host name; only this passes
-   ``127.0.0.1``.
-2. :func:`cluster_types`, :func:`detector_variables` and :func:`detect_cluster`:
-   ``jax._src.clusters``, read only: which launcher variables
-   ``jax.distributed.initialize()`` reads.
-3. :func:`orbax_reads_recorded` and :data:`ORBAX_KILL_BEFORE_COMMIT`: Orbax's
-   ``_src.serialization.serialization._read_shard`` and
-   ``_src.path.atomicity.AtomicRenameTemporaryPath.finalize`` (chapter 5b's two
-   demonstrations: what a restore reads, and a save killed before its commit).
-4. :func:`bm_jit_parts`, :func:`replace_state_values`: brainstate 0.5.4's jit wrapper
-   (``transform/_jit.py``): the plain ``jax.jit`` inside a ``bm.jit`` function, the
-   states it reads (``StatefulFunction.get_state_trace``), and a state's stored value
-   (``State._value``), so that a BrainPy step can be compiled for a GPU target with
-   abstract inputs (``shardbook.gputarget``).
-5. :func:`replace_mystnb_stream_merge`: myst-nb 1.4.0's
-   ``myst_nb.core.render.coalesce_streams`` (``_ext/site_fixes.py``).
+   ``jax._src.xla_bridge`` (``register_backend_factory``, ``make_cpu_client``) and
+   ``jax._src.lib._jax.make_gloo_tcp_collectives``.
+2. :func:`cluster_types`, :func:`detector_variables`, :func:`detect_cluster`:
+   ``jax._src.clusters``, read only.
+3. :func:`orbax_reads_recorded`, :data:`ORBAX_KILL_BEFORE_COMMIT` (chapter 5b): Orbax's
+   ``serialization._read_shard`` and ``atomicity.AtomicRenameTemporaryPath.finalize``.
+4. :func:`bm_jit_parts`, :func:`replace_state_values`: brainstate's jit wrapper
+   (``StatefulFunction.get_state_trace``, ``jitted_fun``, ``State._value``), for
+   :mod:`shardbook.gputarget`.
+5. :func:`replace_mystnb_stream_merge`: myst-nb's ``render.coalesce_streams``
+   (``_ext/site_fixes.py``).
 
 This module imports nothing from JAX at import time.
 """
@@ -56,7 +39,7 @@ PINNED_MYSTNB = "1.4.0"
 
 
 class PrivateAPIError(RuntimeError):
-    """The installed JAX or Orbax is not the version whose internals this code reads."""
+    """An installed package is not the version whose internals this code reads."""
 
 
 def installed(package: str) -> str:
@@ -83,14 +66,9 @@ def require_jax(what: str) -> None:
 
 # ----------------------------------------------------------------------- 1. Gloo
 def gloo_on_loopback(address: str = "127.0.0.1") -> None:
-    """Make the CPU collectives between processes (Gloo over TCP) listen on ``address``.
-
-    Call after ``jax.distributed.initialize`` and before the backend starts.  By default
-    Gloo listens on the address that the host name resolves to, which may be a public
-    interface.  jaxlib's ``make_gloo_tcp_collectives`` takes a ``hostname``, but JAX
-    0.10.2 has no option to pass it, so we register a CPU backend factory that does
-    (``make_cpu_client(collectives=...)``, ``jax/_src/xla_bridge.py``).
-    """
+    """Make the CPU collectives between processes (Gloo over TCP) listen on ``address``,
+    not on the host name's (perhaps public) address: JAX 0.10.2 has no option for it.
+    Call after ``jax.distributed.initialize``, before the backend starts."""
     require_jax("gloo_on_loopback")
     from jax._src import distributed, xla_bridge
     from jax._src.lib import _jax
@@ -143,12 +121,9 @@ def detector_variables() -> dict[str, list[str]]:
 
 
 def detect_cluster(env: dict, method: str | None = None):
-    """What ``jax.distributed.initialize()`` would use with the launcher variables
-    ``env``.
-
-    Returns (coordinator_address, num_processes, process_id, local_device_ids).  The
-    launcher variables of this process are hidden; nothing is started.
-    """
+    """What ``jax.distributed.initialize()`` would use with launcher variables ``env``:
+    (coordinator_address, num_processes, process_id, local_device_ids).  This process's
+    own launcher variables are hidden; nothing is started."""
     require_jax("detect_cluster")
     from jax._src import clusters
 
@@ -198,11 +173,9 @@ atomicity.AtomicRenameTemporaryPath.finalize = killed_before_commit
 
 # -------------------------------------------------------------- 4. brainstate's jit
 def bm_jit_parts(step, *args):
-    """``(jitted, states, values)`` of a ``bm.jit`` function called with ``args``.
-
-    ``jitted`` is the plain ``jax.jit`` of ``(state_values, *args)`` inside it,
-    ``states`` the brainstate states the step reads and writes, in that order, and
-    ``values`` their current values.
+    """``(jitted, states, values)`` of a ``bm.jit`` function called with ``args``:
+    the plain ``jax.jit`` of ``(state_values, *args)`` inside it, the brainstate states
+    the step reads and writes, and their current values, in the same order.
     """
     require("brainstate", PINNED_BRAINSTATE, "bm_jit_parts")
     trace = step.stateful_fun.get_state_trace(*args)
@@ -212,11 +185,9 @@ def bm_jit_parts(step, *args):
 def replace_state_values(step, args, make) -> list:
     """Give every state of ``step`` the value ``make(state, old_value)``, for good.
 
-    Used to trace a step at another size than the one built: ``make`` returns a
-    zero-memory stand-in (``np.broadcast_to``) of the shape to compile for.  The
-    step's trace cache is cleared, so the next trace sees the new shapes.  Returns the
-    states.  The model is not usable for running afterwards.
-    """
+    To trace at another size than built, ``make`` returns a zero-memory stand-in
+    (``np.broadcast_to``).  Clears the trace cache; returns the states.  The model
+    cannot run afterwards."""
     require("brainstate", PINNED_BRAINSTATE, "replace_state_values")
     states = list(step.stateful_fun.get_state_trace(*args).states)
     for state in states:

@@ -1,15 +1,11 @@
 """Named regions of the package's source, for the chapters to show.
 
-A chapter that shows code from ``shardbook`` names the region; it never cuts source by
-searching for a string, so reformatting a helper cannot change what a chapter shows
-without a test noticing.  A region is marked in the source with two comment lines,
-``# region: NAME`` before it and ``# endregion`` after it, each alone on its line
-(``shardbook/rnn/model.py`` marks ``rnn.state`` around the state that
-``bp.init.variable`` makes).  The marker lines are not shown.  Regions may nest; a
-region's text has the markers of the regions inside it removed.  Names are unique
-across the package (``tests/test_doorway.py`` checks that every region a notebook
-names exists, and that every marker is closed).  This module imports neither JAX
-nor BrainPy.
+A chapter shows code from ``shardbook`` by region name, never by searching for a string,
+so reformatting a helper cannot silently change what a chapter shows.  A region lies
+between the lines ``# region: NAME`` and ``# endregion``, each alone on its line and not
+shown.  Regions may nest (inner markers are removed from the text); names are unique
+across the package (``tests/test_doorway.py``).  This module imports neither JAX nor
+BrainPy.
 """
 from __future__ import annotations
 
@@ -90,7 +86,9 @@ def regions(package=None) -> dict[str, Region]:
 
 
 def region(name: str, package=None) -> str:
-    """The source text of region ``name`` (in ``package``, default shardbook)."""
+    """The text of region ``name`` in ``package`` (default: shardbook).
+
+    Raises ``RegionError`` if there is none."""
     found = regions(package)
     if name not in found:
         import difflib
@@ -105,10 +103,7 @@ def region(name: str, package=None) -> str:
 
 
 def show(*names: str, title: str | None = None):
-    """The regions ``names`` as one Markdown code block, for a notebook to display.
-
-    Each region is headed by a comment naming its file, so the reader can find it.
-    """
+    """The regions ``names`` as one Markdown code block, each headed by its file."""
     from IPython.display import Markdown
 
     if not names:

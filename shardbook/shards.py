@@ -1,8 +1,7 @@
 """Where does an array live?  Shard tables, bytes per device, and checks.
 
-Everything here reads ``jax.Array.global_shards`` / ``addressable_shards`` and
-``jax.Array.sharding`` (JAX docs, "Distributed arrays and automatic
-parallelization"), so it works the same for arrays made by JAX and by BrainPy.
+Everything here reads ``jax.Array``'s shards and ``sharding``, so it works the same for
+arrays made by JAX and by BrainPy.
 """
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ __all__ = ["as_jax", "shard_rows", "shard_table", "describe", "bytes_per_device"
 
 
 def as_jax(x: Any):
-    """The ``jax.Array`` behind ``x``: a ``brainpy.math.Array``/``Variable`` wraps one
-    in ``.value``."""
+    """The ``jax.Array`` behind ``x`` (a BrainPy Array's ``.value``); else TypeError."""
     import jax
 
     if isinstance(x, jax.Array):
@@ -92,8 +90,7 @@ def _leaves(xs: Iterable[Any]):
 
 
 def bytes_per_device(*xs: Any) -> dict[int, int]:
-    """Bytes that the given arrays (or pytrees of them) occupy on each device, from
-    their shards."""
+    """Bytes the given arrays (or pytrees of them) occupy on each device, by id."""
     import jax
 
     total: dict[int, int] = defaultdict(int)
@@ -113,15 +110,9 @@ def max_bytes_per_device(*xs: Any) -> int:
 def check_tiling(x: Any, expected: Any = None) -> None:
     """Assert that the shards tile ``x`` exactly once per replica, with the right data.
 
-    Every element must be covered by exactly ``R`` shards, where ``R`` is the number
-    of replicas, and every shard's data must equal that slice of the reference.
-
-    The reference is ``expected`` when given: the host data the array was made from
-    (a NumPy array, or anything ``np.asarray`` accepts).  Give it wherever it exists.
-    Without it the reference is ``np.asarray(x)``, which JAX assembles from these same
-    shards, so a shard holding the wrong slice of the data goes unnoticed: only the
-    coverage is checked then.
-    """
+    Give ``expected``, the host data ``x`` was made from, wherever it exists: without
+    it the reference is ``np.asarray(x)``, assembled from these same shards, so only
+    the coverage is checked."""
     arr = as_jax(x)
     if expected is None:
         whole = np.asarray(arr)
@@ -153,12 +144,9 @@ def check_tiling(x: Any, expected: Any = None) -> None:
 def check_sharding(x: Any, spec: Any, mesh: Any = None) -> None:
     """Assert that ``x`` is laid out as ``NamedSharding(mesh, spec)``.
 
-    ``mesh`` defaults to the mesh of ``x``'s own sharding.  Layouts are compared with
-    ``Sharding.is_equivalent_to``, so ``P('x')`` and ``P('x', None)`` on a 2-D array
-    match, and a replicated array on one device matches any spec.  So on one device
-    every layout check passes whatever the spec: a layout assert proves something only
-    with more than one device on the axes it names.
-    """
+    ``mesh`` defaults to ``x``'s own.  Compared with ``Sharding.is_equivalent_to``:
+    ``P('x')`` matches ``P('x', None)``, and on one device any spec matches, so a
+    layout assert proves something only with several devices on the axes it names."""
     from jax.sharding import NamedSharding, PartitionSpec
 
     arr = as_jax(x)

@@ -1,26 +1,12 @@
 """Write a ``jax.profiler`` trace of a few steps and read it back: where the time went.
 
-``jax.profiler.trace(log_dir)`` writes an XSpace protobuf,
-``<log_dir>/plugins/profile/<run>/<host>.xplane.pb`` (JAX docs, "Profiling
-computation"), which TensorBoard's profile plugin and Perfetto open.  JAX 0.10.2 reads
-it back with a public class, ``jax.profiler.ProfileData.from_file``: planes (one per
-host or device), lines (threads, or a device's streams) and events (name, start,
-duration).  The events that matter here carry the names of the compiled program's
-HLO instructions: XLA:CPU's thunk executor records one per instruction it runs
-(``all-reduce``, ``ppermute.3``, ``ynn_fusion``, ...) on the thread of each simulated
-device, named after the instruction and with an ``hlo_op`` stat that names it too.
-XLA:GPU's device events (``/device:GPU:N`` planes) are named after the CUDA kernel (an
-NCCL kernel for a collective; ``xla/backends/profiler/gpu/cupti_collector.cc``), so an
-event is matched through its ``hlo_op`` stat where it has one, else through its name.
-The trace is read *against the program*: an event is an operation of the step when that
-name is an instruction name of ``compiled.as_text()``, and a collective when that
-instruction's opcode is one (:data:`shardbook.hlo.COLLECTIVES`; of a
-``-start``/``-done`` pair only the start is counted).  Only CPU traces are checked by
-the book; the GPU path is exercised on a hand-written trace (``tests/test_traces.py``),
-never on a GPU's.  A collective inside a loop is expected once per trip
-(``Program.trips_of``), as the loop's known trip count says.
-
-::
+:func:`record` writes an ``.xplane.pb`` (JAX docs, "Profiling computation");
+:func:`read` reads it with ``jax.profiler.ProfileData``, *against the program*: an event
+is an operation of the step when it names an instruction of ``compiled.as_text()``
+(through its ``hlo_op`` stat where it has one: XLA:GPU names events after CUDA kernels),
+and a collective when that instruction's opcode is one (a ``-start``/``-done`` pair
+counts once; in a loop, once per trip).  The book checks CPU traces only; the GPU path
+is tested on a hand-written trace (``tests/test_traces.py``)::
 
     path = traces.record(step, x, w, steps=3, log_dir="_build/trace")
     trace = traces.read(path, Program(step.lower(x, w).compile()))
@@ -79,8 +65,7 @@ class Trace:
         return [e for e in self.events if e.collective]
 
     def counts(self) -> Counter:
-        """Collective events by kind (``-start``/``-done`` of one launch count once:
-        only the ``-start`` or the plain instruction is counted)."""
+        """Collective events by kind (a ``-start``/``-done`` pair counts once)."""
         return Counter(e.collective for e in self.collectives
                        if not e.op.endswith("-done"))
 
@@ -100,16 +85,16 @@ class Trace:
         return self.collective_ns() / total if total else 0.0
 
     def expected_counts(self, steps: int) -> Counter:
-        """What the program says the trace must hold: each collective of the
-        compiled program, once per step and device (loops at their trip counts)."""
+        """The collective events the program predicts: each once per step and device,
+        times the trip counts of the loops around it."""
         prog, want = self.program, Counter()
         for c in prog.collectives:
             want[c.op] += prog.trips_of(c) * steps * prog.devices
         return want
 
     def check(self, steps: int) -> Counter:
-        """Assert that the trace holds exactly the collectives the program launches
-        in ``steps`` steps on every device; return the counts."""
+        """Assert that the trace holds exactly :meth:`expected_counts`
+        (``AssertionError`` otherwise); return the counts."""
         got, want = self.counts(), self.expected_counts(steps)
         if got != want:
             raise AssertionError(
@@ -120,8 +105,8 @@ class Trace:
 
     def verdict(self, steps: int, above: float | None = None,
                 below: float | None = None) -> str:
-        """The checked counts and, with ``above``/``below``, the share as a bound
-        (asserted): a sentence that holds on any CPU, with no measured float."""
+        """A sentence of the checked counts and, with ``above``/``below``, the asserted
+        bound on the collectives' share: true on any CPU, with no measured float."""
         got = self.check(steps)
         parts = [f"{k} {got[k]}" for k in sorted(got)] or ["no collective"]
         text = (f"the trace holds {', '.join(parts)} event(s) = {steps} step(s) x "
@@ -147,9 +132,8 @@ def _instructions(text: str) -> dict[str, str]:
 
 
 def instruction_of(event) -> str:
-    """The HLO instruction an event of a ``ProfileData`` stands for: its ``hlo_op``
-    stat where it has one (a GPU kernel's event is named after the kernel), else its
-    name."""
+    """The HLO instruction a ``ProfileData`` event stands for: its ``hlo_op`` stat if
+    it has one (a GPU event is named after its kernel), else its name."""
     for key, value in event.stats:
         if key == "hlo_op":
             return str(value)
@@ -157,9 +141,8 @@ def instruction_of(event) -> str:
 
 
 def from_profile(profile, program, path: str | None = None) -> Trace:
-    """A :class:`Trace` from a ``jax.profiler.ProfileData``: the events that stand for
-    an instruction of ``program`` (:func:`instruction_of`; device planes if the trace
-    has any, else the host's, so that no operation is counted twice)."""
+    """A :class:`Trace` of the ``ProfileData`` events that stand for an instruction of
+    ``program``: on the device planes if any, else the host's (none counted twice)."""
     ops = _instructions(program.text)
     planes = list(profile.planes)
     device = [p for p in planes if p.name.startswith("/device:")]
@@ -183,9 +166,9 @@ def read(path, program) -> Trace:
 
 
 def record(fn, *args, steps: int, log_dir) -> Path:
-    """Run ``fn(*args)`` ``steps`` times inside ``jax.profiler.trace(log_dir)``, each
-    step annotated (``StepTraceAnnotation``) and waited for; return the new
-    ``.xplane.pb``.  Run ``fn`` once before, so that the trace holds no compile."""
+    """Run ``fn(*args)`` ``steps`` times, each annotated and waited for, inside
+    ``jax.profiler.trace(log_dir)``; return the new ``.xplane.pb`` (``RuntimeError``
+    unless exactly one).  Run ``fn`` once before, so that the trace holds no compile."""
     import jax
 
     log_dir = Path(log_dir)

@@ -1,68 +1,33 @@
 """One memory model for training the book's RNN with Adam: its steps and variants.
 
-Chapters 2 and 3 both ask "how many bytes does one training step hold on one
-device?".  This module answers it once.  Write ``P`` for the bytes of the weights a
-device holds (``4 (I + H + O) H`` in float32, divided by the number of devices that
-split them; :func:`shardbook.rnn.weight_bytes`).  Then one step of Adam (BrainPy's
-``bp.optim.Adam``; Kingma and Ba, 2015) needs
+Write ``P`` for the bytes of the weights one device holds (``4 (I + H + O) H`` in
+float32, divided by the devices that split them).  One Adam step holds, per device:
 
-* the weights, ``P``; the gradients, ``P``; the two moments ``m`` and ``v``, ``2P``.
-  These four are live together while the update runs: **4P is the least any
-  implementation needs** (chapter 2's count);
-* the activations that backpropagation through time keeps from the forward loop for
-  the backward loop: per time step, three ``(B_d, H_d)`` arrays (``h_{t-1}``, tanh's
-  output ``h_t`` and ``1 - h_t``, from which JAX's derivative of tanh is built;
-  chapter 3 reads them off the compiled ``while`` loop), where ``B_d`` and ``H_d``
-  are this device's batch and hidden sizes;
-* the data-sized arrays autodiff also keeps (:attr:`TrainBytes.kept_data`): the
-  inputs transposed to time-first, ``(T, B_d, I)`` in the compute dtype, and the
-  loss's residual ``2 (y - ys)``, ``(B_d, T, O)`` in float32.  They are small when
-  ``I + O`` is small beside ``H``, not at the seed discussion's ``I = O = 1000``;
-* under the hidden split, the state gathered whole for one step
-  (:attr:`TrainBytes.gathered_state`, ``(B_d, H)``: the all-gather's result, and in
-  the backward loop its cotangent before the reduce-scatter).  It does not shrink
-  with the hidden split: at chapter 3's memory sizes it is a tenth of the
-  activations on 8 devices (B = 8) and half of them on 32 (B = 32);
-* the data ``xs`` and ``ys``, the hidden state, Adam's step counter and the loss.
+* weights ``P``, gradients ``P``, moments ``m`` and ``v`` ``2P``, live together during
+  the update: **4P is the least any implementation needs**;
+* the activations backpropagation through time keeps: per step three ``(B_d, H_d)``
+  arrays (``h_{t-1}``, ``h_t`` and ``1 - h_t``, for tanh's derivative), ``B_d`` and
+  ``H_d`` being this device's batch and hidden sizes;
+* :attr:`TrainBytes.kept_data`: the inputs time-first, ``(T, B_d, I)`` in the compute
+  dtype, and the loss's ``2 (y - ys)``, ``(B_d, T, O)`` in float32;
+* under the hidden split, :attr:`TrainBytes.gathered_state`: the state gathered whole
+  for one step, ``(B_d, H)``, and its cotangent; it does not shrink with the split;
+* the data, the hidden state, Adam's step counter and the loss.
 
-What ``compiled.memory_analysis()`` reports depends on **donation** (JAX docs, "Buffer
-donation"; ``jax.jit(..., donate_argnums=...)``):
+Not donated (``bm.jit`` always: brainstate passes the states as a hidden first
+argument), old and new weights and moments make ``arguments + outputs`` **6P**, and XLA
+writes the gradients into the outputs.  Donated (``jax.jit(step, donate_argnums=(0,
+1))``), the new values alias the old, but the gradients cannot go into outputs still
+being read: XLA:CPU holds about **5P** in all (6P with data parallelism).  ``remat``
+keeps one activation array per step instead of three, ``micro_batches=k`` those of
+B_d / k samples (plus two gradient-sized buffers), bf16 keeps them in 2 bytes (plus a
+P / 2 bf16 copy of the weights).
 
-* **Not donated** (``bm.jit`` always, because brainstate passes the states as a
-  hidden first argument and shifts ``donate_argnums`` past it;
-  ``brainstate/transform/_jit.py``): the old weights and moments are arguments and the
-  new ones are outputs, so ``arguments + outputs`` holds **6P**.  XLA writes the
-  gradients straight into the output buffers, so the temporaries hold little more
-  than the activations.
-* **Donated** (a pure step under ``jax.jit(step, donate_argnums=(0, 1))``): the new
-  weights and moments reuse (alias) the argument buffers, so they count once, 3P.
-  But now the gradients cannot be written into the outputs while the old values are
-  still being read.  XLA:CPU's buffer assignment then needs about 2P more
-  temporaries (3P under data parallelism, whose gradients are all-reduced):
-  about **5P** in all (6P with data parallelism), not 4P.
-
-Three ways to hold fewer activations on one device (``shardbook.rnn.pure``), each
-predicted here before it is measured:
-
-* **rematerialisation** (``remat=True``, ``jax.checkpoint`` on the scan body): the
-  forward loop keeps only each step's input ``h_{t-1}``, one array per step instead
-  of three; the backward loop recomputes the rest;
-* **gradient accumulation** (``micro_batches=k``): the activations of B_d / k
-  samples at a time, for two more gradient-sized buffers (the running sum and one
-  micro-batch's gradient);
-* **bf16 mixed precision** (``compute_dtype="bfloat16"``): the saved activations in
-  2 bytes instead of 4, plus a bf16 copy of the weights (P / 2).
-
-:func:`predict` gives the exact rows (arguments, outputs, aliased), the activations
-backpropagation saves (exact: ``tests/`` count them from ``jax.vjp``'s residuals),
-and a bound for the temporaries; :func:`check` compares them with a compiled
-program.  Only the exact rows are claims about every XLA compiler.  The temporaries
-are what one compiler's buffer assignment does: their constants are the entry
-``"train.temporaries"`` of ``shardbook/expectations.toml``, per compiler (XLA:CPU,
-for instance, has no bf16 arithmetic and converts the saved bf16 activations to
-float32 before the backward loop, so bf16 saves no memory there).
-
-This module imports neither JAX nor BrainPy at import time.
+:func:`predict` gives the exact rows (arguments, outputs, aliased, saved activations)
+and a bound for the temporaries, which are one compiler's buffer assignment: their
+constants are the ``"train.temporaries"`` entry of ``expectations.toml``, per compiler.
+:func:`check` compares a prediction with a compiled program.  This module imports
+neither JAX nor BrainPy at import time.
 """
 from __future__ import annotations
 
@@ -146,18 +111,14 @@ def predict(num_in: int, num_hid: int, num_out: int, batch: int, time: int, *,
             compiler: str | None = "cpu") -> TrainBytes:
     """Bytes on one device for one training step.
 
-    ``hidden_shards`` devices split the hidden axis (model parallelism, weights and
-    state split); ``batch_shards`` split the batch (data parallelism: data, state and
-    activations split); ``param_shards`` additionally split the stored weights and
-    Adam moments without splitting the computation (FSDP / ZeRO-3: the forward pass
-    gathers them).  ``bm_jit=True`` describes the book's ``make_train_step`` (its
-    outputs include the hidden state and its arguments include nothing else);
-    ``bm_jit=False`` the pure step of :func:`shardbook.rnn.functional_step`, with
-    its options ``remat``, ``micro_batches`` and ``compute_dtype`` (``"bfloat16"``).
-    ``compiler``: whose bound on the temporaries to fill in (:func:`temporaries_bound`;
-    XLA:CPU by default, the compiler the table's constants describe; ``None``:
-    none).  :func:`check` uses the bound of the compiled program's own compiler.
-    """
+    ``hidden_shards`` split the hidden axis (weights and state); ``batch_shards`` the
+    batch (data, state, activations); ``param_shards`` further split the stored weights
+    and moments only (FSDP: the forward pass gathers them).  ``bm_jit=True`` describes
+    ``make_train_step`` (the hidden state is an output); ``bm_jit=False`` the pure
+    :func:`shardbook.rnn.functional_step`, with ``remat``, ``micro_batches`` and
+    ``compute_dtype`` (``"bfloat16"``).  ``compiler``: whose temporaries bound to fill
+    in (:func:`temporaries_bound`; ``None``: none).  ``ValueError`` for a count that
+    does not divide its size, or an option ``bm.jit`` lacks."""
     for name, k, size in (("hidden_shards", hidden_shards, num_hid),
                           ("batch_shards", batch_shards, batch)):
         if k < 1 or size % k:
@@ -202,14 +163,10 @@ def temporaries_bound(p: TrainBytes, compiler: str,
                       constants: dict | None = None) -> float:
     """The bound on ``p``'s temporaries for ``compiler``, from the expectations table.
 
-    ``slack * (kept_temporaries + extra * P + gathered) + small_buffers``: the kept
-    temporaries (:func:`kept_temporaries`), the gradient-sized buffers of donation,
-    accumulation and bf16 weights (``extra``), FSDP's gathered weights, with the
-    constants of the ``"train.temporaries"`` entry for that compiler.  ``constants``
-    (the same keys: a test plants a changed one) replaces the entry's, and then
-    ``compiler`` is not read.  Raises
-    ``shardbook.expect.ExpectationMissing`` when the table has none.
-    """
+    ``slack * (kept_temporaries + extra * P + gathered) + small_buffers``: ``extra``
+    counts the gradient-sized buffers of donation, accumulation and bf16 weights,
+    ``gathered`` FSDP's gathered weights.  ``constants`` (same keys) replaces the
+    entry's.  Raises ``shardbook.expect.ExpectationMissing`` when the table has none."""
     from . import expect
 
     c = expect.parameters(EXPECTATION, compiler) if constants is None else constants
@@ -228,11 +185,10 @@ def temporaries_bound(p: TrainBytes, compiler: str,
 
 def kept_temporaries(p: TrainBytes, compiler: str = "cpu",
                      constants: dict | None = None) -> float:
-    """The temporaries of ``p`` that grow with the per-device batch and the split: the
-    saved activations (float32 copies of bf16 ones included) and the gathered state's
-    buffers, without the bound's slack or its fixed buffers.  The premise of the
-    ``rnn.train.memory`` entry: it holds where these stay below P (``kept=``).
-    ``constants`` replaces the entry's, as in :func:`temporaries_bound`."""
+    """The temporaries of ``p`` that grow with the batch and the split: the saved
+    activations (with float32 copies of bf16 ones) and the gathered state's buffers, no
+    slack.  The ``rnn.train.memory`` entry holds where these stay below P (``kept=``).
+    ``constants`` as in :func:`temporaries_bound`."""
     from . import expect
 
     c = expect.parameters(EXPECTATION, compiler) if constants is None else constants
@@ -244,12 +200,9 @@ def kept_temporaries(p: TrainBytes, compiler: str = "cpu",
 def saved_activations(loss_fn, params, xs, ys) -> int:
     """Bytes of the per-step activations reverse-mode autodiff keeps for ``loss_fn``.
 
-    The function ``jax.vjp`` returns is a ``jax.tree_util.Partial`` whose leaves are
-    the residuals, the values ``jax.ad_checkpoint.print_saved_residuals`` lists (JAX
-    docs, "Gradient checkpointing with jax.checkpoint").  Those of shape
-    ``(T, B, H_d)`` are what :attr:`TrainBytes.activations` predicts, before any
-    compiler sees the program.  Computed abstractly (``jax.eval_shape``): nothing runs.
-    """
+    The leaves of ``jax.vjp``'s function are the residuals; those of shape ``(T, B,
+    H_d)`` are what :attr:`TrainBytes.activations` predicts.  Computed abstractly
+    (``jax.eval_shape``): nothing runs."""
     import jax
 
     T, hidden = xs.shape[1], params["wrec"].shape[1]
@@ -265,12 +218,9 @@ def saved_activations(loss_fn, params, xs, ys) -> int:
 def saved_residuals(loss_fn, params, xs, ys) -> int:
     """Bytes of every per-step residual autodiff keeps: ``(T, B, H_d)`` and data-sized.
 
-    As :func:`saved_activations`, but counting each residual with a time axis (``T``
-    first or second): the activations plus the transposed inputs ``(T, B, I)`` and
-    the loss's residual ``(B, T, O)``, what :attr:`TrainBytes.activations` ``+``
-    :attr:`TrainBytes.kept_data` predicts.  The weights autodiff keeps are not
-    counted (in float32 they are the argument buffers themselves).
-    """
+    As :func:`saved_activations`, counting every residual with ``T`` first or second:
+    what :attr:`TrainBytes.activations` ``+`` :attr:`TrainBytes.kept_data` predicts.
+    Kept weights are not counted (in float32 they are the argument buffers)."""
     import jax
 
     T = xs.shape[1]
@@ -298,20 +248,13 @@ def check(predicted: TrainBytes, compiled, *, rtol: float = 1e-3,
           temporaries: bool | None = None, floor: bool = False) -> dict:
     """Compare ``predicted`` with ``compiled.memory_analysis()``; raise AssertionError.
 
-    Arguments, outputs and aliased bytes must match within ``rtol`` (a few scalars of
-    BrainPy bookkeeping, such as the learning-rate Variable, are allowed for) on any
-    compiler.  Temporaries must stay under the bound of the program's own compiler:
-    ``predicted.temporaries`` if it was made for that compiler, else the
-    expectations table's entry for it.  ``temporaries=None`` checks that row where
-    the table has an entry for the compiler and skips it elsewhere; ``True``
-    requires it; ``False`` skips it.  ``floor=True`` also bounds them from below, on
-    any compiler: they hold at least one of the three ``(T, B, H/k)`` activation
-    arrays, the state of every step that reverse mode keeps (tanh's derivative is
-    computed from it; XLA:CPU keeps about two of the three; XLA:GPU, 0.34 times the
-    three together, about one, ``rnn.hidden.temporaries``, so the floor is close there),
-    so a model that predicts far too much fails too.
-    Returns the measured dict.
-    """
+    Arguments, outputs and aliased bytes must match within ``rtol`` (plus 16 bytes for
+    BrainPy scalars such as the learning rate) on any compiler.  Temporaries must stay
+    under the bound of the program's own compiler (``predicted.temporaries`` if made
+    for it, else the table's): ``temporaries=None`` checks where the table has an
+    entry, ``True`` requires one, ``False`` skips.  ``floor=True`` also requires at
+    least ``activations / 3``: the state of every step, which reverse mode keeps
+    (XLA:GPU keeps about that much).  Returns the measured dict."""
     from .expect import ExpectationMissing
     from .memory import compiled_memory
 

@@ -1,23 +1,16 @@
 """Equivalence checks with a stated tolerance, and a record of how close each came.
 
-Every claim of the form "the sharded run equals the one-device run" in the book is one
-call of :func:`close` (equal within a float tolerance) or :func:`identical` (equal bit
-for bit).  Both raise ``AssertionError`` when the claim breaks, and both return a
-:class:`Gap` whose printed form is a *verdict*: it names the check and its tolerance,
-never the observed difference.  The observed difference depends on the CPU's vector
-unit and core count (XLA:CPU generates code for the host), so it cannot be a stored
-output that strict nbval compares on another machine.  The verdict can.
+Each claim "the sharded run equals the one-device run" is one call of :func:`close`
+(within a float tolerance, the criterion of ``numpy.testing.assert_allclose``) or
+:func:`identical` (bit for bit).  Both raise ``AssertionError`` when the claim breaks
+and return a :class:`Gap` that prints as a *verdict*: the check and its tolerance,
+never the observed difference, which depends on the host CPU and so cannot be a
+stored output.
 
-The observed differences are still measured, not thrown away.  With
-``BOOK_GAP_LOG=/path/to/log.jsonl`` in the environment, every check appends one JSON
-line: its name, tolerance, the worst ratio ``|a - b| / (atol + rtol |b|)`` over all
-elements (at most 1 passes), the device count and the XLA:CPU ISA.  ``lab/margins``
-runs the book at several device counts and two ISAs with that log, and writes
-``book/data/tolerance_margins.json``; a test requires every tolerance to be at least
+With ``BOOK_GAP_LOG=/path/to/log.jsonl`` set, every check appends one JSON line (name,
+tolerance, worst ratio ``|a - b| / (atol + rtol |b|)``, device count, XLA:CPU ISA);
+``lab/margins`` collects them so that a test can require every tolerance to be at least
 10 times the worst case observed.
-
-Anchor: ``numpy.testing.assert_allclose`` uses the same criterion,
-``|actual - desired| <= atol + rtol * |desired|``.
 """
 from __future__ import annotations
 
@@ -36,8 +29,7 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
 
 
 def _leaves(x: Any) -> list[np.ndarray]:
-    """The arrays in ``x`` (an array, a BrainPy Variable, or a dict/list/tuple of
-    them)."""
+    """Arrays in ``x``: an array, a BrainPy Variable, or a dict/list/tuple of them."""
     if isinstance(x, dict):
         return [a for k in sorted(x, key=str) for a in _leaves(x[k])]
     if isinstance(x, (list, tuple)):
@@ -117,8 +109,7 @@ def close(check: str, actual: Any, desired: Any, *, rtol: float, atol: float,
 
     ``check`` names the claim (unique in the book, e.g. ``"ch2.rnn.grads"``); ``what``
     says what is compared (``"8 devices vs 1 device"``).  NaN or inf anywhere fails.
-    Returns the :class:`Gap`; print it for the verdict.
-    """
+    Raises ``ValueError`` unless one tolerance is positive and neither is negative."""
     if rtol < 0 or atol < 0 or (rtol == 0 and atol == 0):
         raise ValueError(
             "give a positive rtol or atol (use identical() for bit-equality)"
@@ -144,8 +135,7 @@ def close(check: str, actual: Any, desired: Any, *, rtol: float, atol: float,
 
 
 def identical(check: str, actual: Any, desired: Any, *, what: str = "") -> Gap:
-    """Assert that ``actual`` and ``desired`` are equal bit for bit (same shapes
-    too)."""
+    """Assert that ``actual`` and ``desired`` are equal bit for bit, shapes too."""
     a, d = _pairs(check, actual, desired)
     bad = [i for i, (x, y) in enumerate(zip(a, d)) if not np.array_equal(x, y)]
     max_abs = 0.0

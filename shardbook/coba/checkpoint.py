@@ -1,28 +1,14 @@
 """Checkpoints of a running COBA-HH simulation that name their network (chapter 5b).
 
-A checkpoint holds, with Orbax (``orbax-checkpoint`` 0.12.8):
+Saved with Orbax (``orbax-checkpoint`` 0.12.8): ``state`` (every V, m, h, n, last
+spikes and g, split as the network is), ``counts`` (of ``record=("count",)``, if kept),
+``rng`` (BrainPy's global key) and ``network`` (JSON, :func:`describe`: the config
+:func:`~shardbook.coba.build` needs, the step, versions, a connectivity fingerprint).
 
-* ``state``: every population's V, m, h, n and last step's spikes (the one-step synaptic
-  delay), every projection's conductance g, split as the network is;
-* ``counts``: the spike counters of ``record=("count",)``, if the simulation keeps them;
-* ``rng``: BrainPy's global key (this network draws nothing once built; a noisy one
-  would);
-* ``network`` (JSON): the whole configuration that :func:`~shardbook.coba.build` needs
-  to make the network again (``COBAHH.config``: graph, delivery, start, scale or sizes,
-  in-degrees, seed, dt, layout, ...), the device count where the graph depends on it
-  (``graph="rows"`` is drawn per device block), the step reached, what was recorded,
-  the versions, and a connectivity fingerprint (``connectivity.fingerprint``: a hash of
-  every synapse, computed on each device from its own part).
-
-The connectivity itself is not saved: it is rebuilt from the configuration on whatever
-mesh the restore runs on (each device makes its own part), and the fingerprint proves
-that it is the saved one.  :func:`restore` raises :class:`CheckpointMismatch`, with a
-message that says what differs, where the network cannot be the saved one: restored
-into another network, a "rows" graph on another device count, or a graph that was
-rebuilt with other random bits (another JAX version, another seed).
-
-Every process of a multi-process run calls :func:`save` (each writes its own shards) and
-:func:`restore`; a checkpoint saved by 2 processes restores in 1, and vice versa.
+The connectivity is not saved but rebuilt on the restoring mesh; the fingerprint proves
+it is the saved one, or :func:`restore` raises :class:`CheckpointMismatch` saying what
+differs (another network, a "rows" graph on another device count, other random bits).
+Every process calls :func:`save` and :func:`restore`; their process counts may differ.
 """
 
 from __future__ import annotations
@@ -127,7 +113,8 @@ def save(directory, sim) -> int:
 
 
 def read(directory, step: int | None = None) -> dict:
-    """The JSON item of a checkpoint (its network), latest step by default."""
+    """The JSON item of a checkpoint (its network), latest step by default;
+    ``FileNotFoundError`` if there is none."""
     import orbax.checkpoint as ocp
 
     with ocp.CheckpointManager(Path(directory).absolute()) as manager:
@@ -152,15 +139,13 @@ def compare_config(saved: dict, config: dict) -> list[str]:
 def restore(directory, devices=None, step: int | None = None, into=None, record=None):
     """A :class:`~shardbook.coba.Simulation` that continues the checkpoint.
 
-    Builds the saved network on ``devices`` (or uses ``into``, a network built by the
-    caller, which must have the saved configuration), checks its connectivity
-    fingerprint against the saved one, and loads the state, the counters and the key,
-    each device reading only its own part.  ``record``: what the new simulation
-    records (default: what the saved one did).  Raises :class:`CheckpointMismatch`.
+    Builds the saved network on ``devices`` (or takes ``into``, which must have the
+    saved configuration), checks its fingerprint, and loads state, counters and key,
+    each device reading its own part.  ``record`` defaults to the saved one.  Raises
+    :class:`CheckpointMismatch` where the network is not the saved one.
 
-    Long because: the steps must run in this order on one network (build, check the
-    fingerprint, place each array, read each device's part); split, the order would be a
-    convention between functions.
+    Long because: the steps must run in this order on one network (build, check, place,
+    read); split, the order would be a convention between functions.
     """
     import orbax.checkpoint as ocp
     from jax.sharding import NamedSharding, PartitionSpec as P

@@ -1,18 +1,12 @@
 """What a network's graph is, read where it lives: in-degrees and a fingerprint.
 
-Both read each device's own part of every projection (its columns of the index matrix,
-its block's CSR) under ``jax.shard_map``: a device reduces its synapses to a few
-integers, and only those are gathered.  Nothing reads the whole graph, so both work on
-a million neurons and across processes (every process gets the same answer).
-
-* :func:`in_degree`: the realised in-degree of every projection (mean, spread, min,
-  max over its postsynaptic neurons), exact integer arithmetic.
-* :func:`fingerprint`: a 64-bit hash of every projection's multiset of edges
-  (pre, post).  It is a *sum* over the edges of a mixing hash (uint32 arithmetic wraps,
-  so the sum is exact and its order does not matter): the same graph gives the same
-  fingerprint whatever the representation (index matrix, mask, event CSR), the mesh or
-  the number of processes.  A graph drawn differently (another seed, another JAX
-  random-bit generator, a "rows" graph on another device count) gives another.
+Each device reduces its own part of every projection to a few integers under
+``jax.shard_map``; only those are gathered, so this works on a million neurons and
+across processes.  :func:`fingerprint` hashes each projection's multiset of edges as a
+wrapping uint32 *sum* of a mixing hash: the same graph gives the same fingerprint
+whatever the representation, mesh or process count, and a graph drawn differently
+(another seed or JAX random-bit generator, a "rows" graph on another device count)
+another.
 """
 
 from __future__ import annotations
@@ -49,11 +43,9 @@ def _mix(pre, post, seed):
 
 
 def _local_summary(pre, post_local, mult, *, n_local, block):
-    """One device's summary of its edges: int32[8] (see ``edge_summary``).
-
-    ``pre``: source of each synapse; ``post_local``: its target among the device's
-    ``n_local`` neurons; ``mult``: how many synapses the entry stands for (0: padding).
-    """
+    """One device's int32[8] summary (:func:`edge_summary`) of its edges: ``pre``
+    sources, ``post_local`` targets among its ``n_local`` neurons, ``mult`` synapses
+    per entry (0: padding)."""
     post = block * n_local + post_local
     degree = jnp.zeros((n_local,), jnp.int32).at[post_local].add(mult, mode="drop")
     total = jnp.sum(degree)
@@ -92,9 +84,8 @@ def _mask_edges(counts, n_pre):
 
 def _event_edges(indptr, indices, n_pre):
     s = jnp.arange(indices.shape[0], dtype=jnp.int32)
-    # the row of synapse s: how many rows start at or before it, less one; a scatter of
-    # the row starts and a running sum count them in one pass (a searchsorted of
-    # every synapse costs log2(n_pre) passes: 10 s at a million neurons on a CPU)
+    # synapse s's row = rows starting at or before it, less one: a scatter and a running
+    # sum, one pass (a searchsorted is log2(n_pre) passes: 10 s at 10^6 neurons, CPU)
     starts = jnp.zeros(indices.shape, jnp.int32).at[indptr[1:]].add(1, mode="drop")
     row = jnp.cumsum(starts, dtype=jnp.int32)
     valid = (s < indptr[n_pre]).astype(jnp.int32)  # past the last row: padding, room
@@ -136,11 +127,8 @@ def _parts(comm):
 
 def edge_summary(comm, mesh) -> np.ndarray:
     """Per device (rows): neurons, synapses, centre, sum of squared deviations of the
-    in-degree from the centre, min and max in-degree, two 32-bit edge hashes.
-
-    Computed on each device from its own part; the ``[devices, 8]`` int32 summary is
-    all-gathered inside the program, so every process can read it.
-    """
+    in-degree from the centre, min and max in-degree, two 32-bit edge hashes; readable
+    in every process.  ``ValueError`` for a ``"jit"`` projection (it stores none)."""
     edges, arrays, specs, n_pre, n_post = _parts(comm)
     devices = 1 if mesh is None or specs is None else int(mesh.shape[NEURON])
     program = _summary_program(
@@ -200,8 +188,7 @@ def _degree(rows: np.ndarray) -> DegreeStats:
 
 
 def in_degree(net) -> dict[str, DegreeStats]:
-    """The realised in-degree of every projection of ``net``, from each device's part.
-    """
+    """The realised in-degree of each projection of ``net``, from each device's part."""
     return {
         name: _degree(edge_summary(proj.comm, net.mesh))
         for name, proj in net.projections.items()
@@ -209,9 +196,8 @@ def in_degree(net) -> dict[str, DegreeStats]:
 
 
 def fingerprint(net) -> dict[str, str]:
-    """A fingerprint of every projection's graph: ``"<synapses>:<64-bit hash>"``, and
-    ``"network"``, a digest of them all.  Independent of the representation and the mesh
-    wherever the graph is (see the module's docstring)."""
+    """Every projection's ``"<synapses>:<64-bit hash>"``, and ``"network"``, a digest
+    of them all; independent of representation and mesh (see the module docstring)."""
     out = {}
     for name, proj in net.projections.items():
         rows = edge_summary(proj.comm, net.mesh)

@@ -1,19 +1,12 @@
 """Event-driven connectivity that shards: a CSR per device, by presynaptic row.
 
-Each device owns a block of B postsynaptic neurons.  It keeps, for its block only, the
-graph as compressed sparse rows indexed by the *presynaptic* neuron: ``indptr`` (n_pre +
-1 row starts) and ``indices`` (the local target of each synapse).  A time step then
-visits only the rows of the neurons that spiked ("push", as event-driven simulators do),
-instead of reading every synapse ("pull", the index matrix).  Delivery runs under
-``jax.shard_map``: each device walks its own rows; nothing is exchanged but the gathered
-spike vector that every representation needs.
-
-JAX needs static shapes, so the events of a step are processed in chunks of ``chunk``
-synapses by a ``lax.while_loop``: a quiet step costs one chunk, a burst costs more
-chunks, and no event is ever dropped.  The input of a neuron is an integer count of
-spikes (exact in float32) times the weight, exactly like the index matrix: the two give
-the same spikes. Anchors: brainevent's event CSR kernels and GeNN's sparse "push"
-connectivity.
+Each device keeps its block's graph as CSR rows indexed by the *presynaptic* neuron
+(``indptr``: n_pre + 1 row starts; ``indices``: local targets), and a step visits only
+the rows of spiking neurons ("push") instead of every synapse ("pull", the index
+matrix).  A ``lax.while_loop`` takes the events in chunks of ``chunk``: a burst costs
+more chunks, and no event is dropped.  Inputs are integer counts (exact in float32)
+times the weight, so the index matrix gives the same spikes.  Anchors: brainevent's
+event CSR kernels, GeNN's "push".
 """
 from __future__ import annotations
 
@@ -39,11 +32,8 @@ CHUNK_FRACTION = 1 / 256  # a chunk covers this fraction of a device's synapses
 
 
 def local_csr(sources, n_pre):
-    """One device's CSR by presynaptic row, from its ``[k, B]`` block of sources.
-
-    Sources equal to ``n_pre`` (padding of a Bernoulli graph) sort last, past
-    ``indptr[n_pre]``, so no row ever reaches them.
-    """
+    """One device's CSR by presynaptic row from its ``[k, B]`` block of sources;
+    padding sources (``n_pre``) sort past ``indptr[n_pre]``, out of every row."""
     k, b = sources.shape
     pre = sources.reshape(-1)
     post = jnp.broadcast_to(jnp.arange(b, dtype=jnp.int32), (k, b)).reshape(-1)
@@ -55,20 +45,15 @@ def local_csr(sources, n_pre):
 
 def rows_capacity(k: int, n_local: int) -> int:
     """Static room for a block's synapses when their number is random (Poisson, mean k
-    n_local): the mean plus 10 standard deviations."""
+    n_local): the mean plus 10 standard deviations plus 64."""
     mean = k * n_local
     return int(mean + 10 * np.sqrt(mean) + 64)
 
 
 def random_rows(key, n_pre, n_local, k, capacity):
-    """One block's graph drawn directly by presynaptic row, with no sort.
-
-    Source j gets Poisson(k n_local / n_pre) targets in the block, each uniform: every
-    (pre, post) pair is connected with probability about p = k / n_pre, independently
-    (Bernoulli, as in the benchmark, up to double edges of probability p^2 / 2), and
-    each neuron receives k inputs on average.  The block's key is its own (seeded per
-    block).
-    """
+    """One block's graph drawn by presynaptic row, with no sort: source j gets
+    Poisson(k n_local / n_pre) uniform targets, so each pair connects with probability
+    about k / n_pre (Bernoulli up to double edges), k inputs per neuron on average."""
     degree = jax.random.poisson(
         jax.random.fold_in(key, 0), k * n_local / n_pre, (n_pre,)
     )
@@ -81,10 +66,8 @@ def random_rows(key, n_pre, n_local, k, capacity):
 
 
 def deliver(spikes, indptr, indices, *, n_local, chunk):
-    """Spike counts of the ``n_local`` local neurons: the rows of the spiking sources.
-
-    ``spikes``: bool[n_pre], every presynaptic spike (the same on every device).
-    """
+    """Spike counts of the ``n_local`` local neurons from the rows of the spiking
+    sources; ``spikes``: bool[n_pre], the same on every device."""
     degree = indptr[1:] - indptr[:-1]
     events = jnp.where(spikes, degree, 0)
     ends = jnp.cumsum(events)            # the events of source j end at ends[j]
@@ -144,9 +127,10 @@ def _most_synapses(mesh, devices: int):
 class EventCSR(bp.dnn.Layer):
     """A projection as per-device CSR by presynaptic row, delivered event by event.
 
-    ``sources``: the ``[k, n_post]`` source matrix of the index representation, split
-    along the post axis; the CSR is built from it on each device (the same graph).
-    ``mesh``: the 1-D ``neuron`` mesh, or ``None`` for one unsplit block.
+    ``sources``: the ``[k, n_post]`` index matrix split along post (each device builds
+    its CSR from its columns), or ``None`` with ``rows=(n_post, k, key)``
+    (:func:`random_rows`).  ``mesh``: the 1-D ``neuron`` mesh, or ``None``.
+    ``ValueError`` if ``n_post`` does not split over the mesh.
     """
 
     def __init__(self, sources, n_pre, weight, mesh=None, chunk_fraction=CHUNK_FRACTION,
@@ -169,16 +153,12 @@ class EventCSR(bp.dnn.Layer):
         else:
             cap = rows_capacity(k, self.n_local)
             indptr, indices = _rows_builder(mesh, n_pre, self.n_local, k, cap)(key)
-        # the room for a random number of synapses must have sufficed
-        if sources is None:
-            # a replicated max over the blocks' ends: readable in every process
+        if sources is None:  # the random synapses must fit (a replicated max)
             most = int(jax.device_get(_most_synapses(mesh, self.devices)(indptr)))
             if most > cap:
                 raise RuntimeError(f"a block drew {most} synapses, room for {cap}")
-        # int32[devices * (n_pre + 1)]: does not shrink
-        self.indptr = bm.Variable(indptr)
-        # int32[k * n_post]: 1/devices on each device
-        self.indices = bm.Variable(indices)
+        self.indptr = bm.Variable(indptr)  # int32[devices * (n_pre + 1)]: never shrinks
+        self.indices = bm.Variable(indices)  # int32[k * n_post]: 1/devices per device
         self.shape = (n_pre, n_post)
 
     def update(self, spikes):

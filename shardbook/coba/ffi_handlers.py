@@ -1,13 +1,9 @@
 """The two XLA FFI handlers of :mod:`shardbook.coba.kernels`, as numba cfuncs, and
 everything they know of XLA's C API (``xla/ffi/api/c_api.h``).
 
-Imported only by ``kernels._build`` (it compiles them).  The handlers are at module
-level, so numba caches their machine code (``cache=True``, in ``__pycache__`` beside
-this file, or numba's user cache): the first process compiles them (about 0.8 s),
-every later one loads them (about 0.1 s).  numba knows a cache entry is stale only
-from the hash of the file it was compiled from, and freezes the globals it reads, so
-every constant they bake in lives here, in this file: change one and the cache is
-compiled again.  Where no cache location is writable they compile in every process.
+numba caches their machine code (``cache=True``: 0.8 s to compile, 0.1 s to load),
+tells a stale entry only by this file's hash, and freezes the globals it reads: so
+every constant they bake in lives in this file.
 """
 from __future__ import annotations
 
@@ -19,10 +15,8 @@ from numba.extending import intrinsic
 
 __all__ = ["API_VERSION", "compact", "push"]
 
-# The C API version whose struct layout the offsets below were checked against (jaxlib
-# 0.10.2 ships 0.3), and that the handlers answer XLA's handshake with.  On another
-# version, or a 32-bit platform, kernels registers nothing: the push delivery uses its
-# XLA path.
+# The C API version the offsets below were checked against (jaxlib 0.10.2 ships 0.3),
+# and the handshake's answer; on another version kernels registers nothing.
 API_VERSION = (0, 3)
 _MAJOR, _MINOR = API_VERSION
 

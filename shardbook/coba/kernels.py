@@ -1,31 +1,13 @@
 """CPU kernels of the push delivery, called by XLA without Python in between.
 
-XLA:CPU runs irregular code slowly: a scatter costs about 10 ns per element and a
-prefix sum (``jnp.cumsum``, lowered to a reduce-window that XLA rewrites into a tree)
-about as much, so a static-shape event expansion pays for its whole capacity every
-step.  brainevent's CPU kernels avoid that with numba, but call it through a Python
-``ctypes`` callback (``brainevent/_op/numba_ffi.py``, ``NumbaCpuFfiHandler``): about
-16 us and the GIL per call, so the 8 simulated devices of the book queue for one lock.
-
-Here the same idea goes one step further: each kernel is a numba ``cfunc`` that *is*
-an XLA typed-FFI handler (``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)``, the C API
-in ``xla/ffi/api/c_api.h``, shipped with jaxlib under ``jax.ffi.include_dir()``).
-XLA calls machine code directly: no Python, no GIL, about 0.1 us per call.  The
-handler reads its buffers from the call frame (byte offsets from that header) and
-answers XLA's metadata query with the API version those offsets were checked against;
-they live in :mod:`shardbook.coba.ffi_handlers`, whose machine code numba caches.
-
-Two kernels, both exact and bounded by what happened, not by a capacity:
-
-* ``compact(spikes) -> (ids, count)``: the indices of the spiking neurons of one
-  device, in order, into a buffer of static capacity (the rest filled with the
-  sentinel ``len(spikes)``), and how many there were (the overflow check);
-* ``push(ids, indptr, indices) -> (counts, events)``: for every valid id, the row of
-  that source in the device's CSR, one count per synapse (float32, exact for
-  integers), and how many synapses that was.
-
-:func:`available` says whether they registered and passed their self-test on this
-machine; the push delivery uses its XLA path otherwise, and says so.
+XLA:CPU runs irregular code slowly (a scatter or a ``jnp.cumsum``: about 10 ns per
+element), so a static-shape event expansion pays for its whole capacity every step.
+brainevent's numba kernels avoid that, but through a Python ``ctypes`` callback: about
+16 us and the GIL per call.  Here each kernel is a numba ``cfunc`` that *is* an XLA
+typed-FFI handler (:mod:`shardbook.coba.ffi_handlers`): XLA calls machine code
+directly, about 0.1 us, no GIL.  :func:`compact` and :func:`push` are exact and cost
+what happened, not a capacity.  Where :func:`available` is False (registration or
+self-test failed), the push delivery uses its XLA path.
 """
 from __future__ import annotations
 
@@ -84,9 +66,8 @@ def version_problem(tested: tuple[int, int]) -> str | None:
 
 
 def register() -> str | None:
-    """Build the handlers, register them with XLA and self-test them; ``None`` when
-    that worked, else why not (nothing is registered on a mismatching C API).
-    :func:`available` calls it once; call it yourself only to see it again."""
+    """Build, register and self-test the handlers: ``None`` if that worked, else why
+    not (nothing is registered on a mismatching C API).  :func:`available` calls it."""
     import jax
 
     if ctypes.sizeof(ctypes.c_void_p) != 8:
@@ -154,7 +135,8 @@ def why_not() -> str | None:
 
 
 def compact(spikes, capacity: int):
-    """``(ids int32[capacity], count int32[1])`` of a bool vector (CPU only)."""
+    """``(ids int32[capacity], count int32[1])``: a bool vector's true indices in order,
+    padded with ``len(spikes)``, and how many there are (CPU only)."""
     import jax
     import jax.numpy as jnp
 

@@ -1,9 +1,7 @@
-"""The memory model of the network, predicted, and its measurement from shards and XLA.
+"""The network's memory, predicted and measured (from shards and XLA).
 
-Per neuron: state (V, m, h, n and two conductances, float32), the spikes of the last
-step (bool), and connectivity.  ``ledger`` is the general model with the knobs of real
-models (in-degree K, per-synapse weights, D-step delays); ``predict`` is the network of
-chapter 4 as built.
+:func:`model_bytes` is the general ledger (in-degree, per-synapse weights, delays);
+:func:`predict` is chapter 4's network as built.
 """
 from __future__ import annotations
 
@@ -25,20 +23,17 @@ __all__ = [
     "model_bytes"
 ]
 
-# V, m, h, n and the two conductances g_e, g_i: float32
-STATE_BYTES_PER_NEURON = 4 * 4 + 2 * 4
-# last step's spikes (bool): the one-step synaptic delay
-SPIKE_BYTES_PER_NEURON = 1
+STATE_BYTES_PER_NEURON = 4 * 4 + 2 * 4   # float32 V, m, h, n, g_e, g_i
+SPIKE_BYTES_PER_NEURON = 1               # last step's spikes (bool): the 1-step delay
 INDEX_BYTES_PER_SYNAPSE = 4              # an int32 source index per synapse
 SYNAPSES_PER_NEURON = K_EXC + K_INH      # 80 inputs per neuron at every scale
-# the push delivery's counters on each device: (dropped, largest) as int32, for the two
-# populations' spike buffers and the four projections' event slots
+# push counters per device: int32 (dropped, largest), 2 spike buffers + 4 projections
 PUSH_COUNTER_BYTES = 2 * 4 * (2 + 4)
 
 
 def conn_bytes_total(n_exc: int, n_inh: int, kind: str = "index") -> int:
-    """Bytes of the whole network's connectivity in one representation (all devices
-    together)."""
+    """Bytes of the whole network's connectivity as ``kind``, all devices together;
+    ``ValueError`` for ``"event"`` (see :func:`event_bytes`) or an unknown kind."""
     n = n_exc + n_inh
     if kind == "index":
         return INDEX_BYTES_PER_SYNAPSE * SYNAPSES_PER_NEURON * n
@@ -58,9 +53,9 @@ def conn_bytes_total(n_exc: int, n_inh: int, kind: str = "index") -> int:
 
 def event_bytes(n_exc: int, n_inh: int, devices: int, graph: str = "fixed",
                 k=(K_EXC, K_INH)) -> dict:
-    """Bytes of :class:`EventCSR` connectivity on each device: ``indices`` (one int32
-    per local synapse: 1/devices of them) and ``indptr`` (n_pre + 1 int32 row starts per
-    projection, on *every* device: they do not shrink)."""
+    """Bytes of :class:`EventCSR` connectivity per device: ``indices`` (an int32 per
+    local synapse: shrinks) and ``indptr`` (n_pre + 1 int32 per projection on *every*
+    device: does not).  ``graph``: ``"fixed"`` or ``"rows"``, else ``ValueError``."""
     k_exc, k_inh = k
     plan = ((k_exc, n_exc, n_exc), (k_exc, n_exc, n_inh), (k_inh, n_inh, n_exc),
             (k_inh, n_inh, n_inh))
@@ -76,40 +71,29 @@ def event_bytes(n_exc: int, n_inh: int, devices: int, graph: str = "fixed",
     return dict(indices=indices, indptr=indptr, total=indices + indptr)
 
 
-# What the step's program keeps besides its arguments and outputs (its temporaries), per
-# device: (copies of the device's connectivity, bytes per neuron on the device, bytes
-# per neuron of the whole network), by compiler.
-# XLA:CPU 0.10.2, chapter 4's loops (4,200 and 840 neurons, 1 and 4 devices, with and
-# without counters): the index matrix is copied twice into the loop's state, a CSR is
-# not; 16-19 bytes per neuron hold new values while old ones are read (the push
-# delivery's 19 fitted on 1,008,000 neurons on 8 devices, 2,510,660 B, after its
-# gathered index buffers, ``gathered_bytes``, which do not shrink); the event CSR's
-# pass over every presynaptic neuron (degree, running sums) keeps 28 bytes per neuron of
-# the network on every device: it does not shrink.
-# XLA:GPU (H200 target, 840,000 neurons on 8): no copy of the index matrix, about 12
-# bytes per neuron; the event CSR's replicated pass 16 bytes per network neuron; the
-# push delivery's XLA path adds about 13 bytes per event slot (``event_slots``).
+# The step's temporaries per device: (copies of the connectivity, B per local neuron,
+# B per network neuron).  XLA:CPU 0.10.2 (chapter 4's loops): the index matrix is copied
+# twice into the loop state; 16-20 B per neuron hold new values while old ones are read
+# (push's 19 fitted on 1,008,000 neurons on 8 devices); the event CSR's pass over every
+# source keeps 28 B per network neuron.  XLA:GPU (H200 target, 840,000 neurons on 8):
+# about 12 B per neuron, no index copy; the event CSR's pass 16 B per network neuron.
 TEMPORARIES = {
     "cpu": {"index": (2, 16, 0), "mask": (2, 16, 0), "push": (0, 19, 0),
             "event": (0, 20, 28), "brainevent": (0, 20, 0)},
     "gpu": {"index": (0, 12, 0), "push": (0, 12, 0), "event": (0, 12, 16)},
 }
-GPU_BYTES_PER_EVENT_SLOT = 13
+GPU_BYTES_PER_EVENT_SLOT = 13  # push's XLA path on a GPU, per event slot
 
 
 def gathered_bytes(n_exc: int, n_inh: int, devices: int,
                    fraction: float = SPIKE_CAPACITY) -> int:
-    """Bytes of the push delivery's gathered index buffers on every device: ``devices``
-    int32 buffers of ``spike_capacity(N / devices)`` per population
-    (:func:`shardbook.coba.push.gathered_ids`).  A temporary of the step on any
-    compiler, and a term that does not shrink with more devices: 0.11 MiB at
-    1,008,000 neurons on 8 devices, 0.44 MiB at 4,032,000 on 32."""
+    """Bytes of the push delivery's gathered index buffers on every device
+    (:func:`shardbook.coba.push.gathered_ids`): a temporary on any compiler that does
+    not shrink with more devices (0.11 MiB at 1,008,000 neurons on 8 devices)."""
     return 4 * sum(gathered_ids(n_exc, n_inh, devices, fraction).values())
-# The tolerance of the match: XLA's packing of small buffers (at 4,200 neurons on 1-8
-# CPU devices the temporaries differ from the model by 0.2-1.9 KiB; at 10^6 neurons by
-# 0.4 %) plus a share of the predicted temporaries.  Smaller than the temporaries
-# themselves wherever the ledger is shown, so a model without them fails
-# (tests/test_coba.py).
+# Tolerance: XLA's packing of small buffers (0.2-1.9 KiB at 4,200 neurons, 0.4 % at
+# 10^6) plus a share of the temporaries; below the temporaries wherever the ledger is
+# shown, so a model without them fails (tests/test_coba.py).
 TEMPORARY_SLACK_BYTES = 4096
 TEMPORARY_SLACK_FRACTION = 0.1
 
@@ -126,23 +110,17 @@ def predict(
     event_slots: int = 0,
     spike_capacity: float = SPIKE_CAPACITY,
 ) -> dict:
-    """Predicted bytes on the fullest device.
+    """Predicted bytes on the fullest device, by category.
 
-    ``record_bytes_per_neuron`` is what the run records per neuron (outputs only);
-    ``counters``: an int32 spike counter per neuron, an argument of the step (and
-    written). Split representations divide by the device count; CSR is held whole on
-    every device; JIT connectivity holds nothing.  ``outputs``: the step's new state
-    (the inputs are not donated) and what the run records; ``temporaries``: what the
-    compiled loop keeps besides, for ``platform`` ``"cpu"`` or ``"gpu"``
-    (:data:`TEMPORARIES`; on a GPU the push delivery's XLA path adds
-    :data:`GPU_BYTES_PER_EVENT_SLOT` per ``event_slots``, summed over its projections;
-    the push delivery's gathered index buffers, ``gathered``, for a buffer of
-    ``spike_capacity`` of each device's neurons: :func:`gathered_bytes`);
-    ``peak`` = arguments + outputs + temporaries, matched against
-    :func:`compiled_stats`'s peak within :func:`peak_tolerance`.
+    ``record_bytes_per_neuron``: records per neuron (outputs); ``counters``: an int32
+    spike counter per neuron.  ``"csr"`` is whole on every device, ``"jit"`` holds
+    nothing, the rest split.  ``temporaries``: :data:`TEMPORARIES` of ``platform``
+    (``"cpu"`` or ``"gpu"``, else ``ValueError``), plus :data:`GPU_BYTES_PER_EVENT_SLOT`
+    per ``event_slots`` on a GPU, plus push's :func:`gathered_bytes`.  ``peak``
+    (arguments + outputs + temporaries; inputs are not donated) matches
+    :func:`compiled_stats`'s within :func:`peak_tolerance`.
 
-    Long because: one line per category of bytes, each next to the next, so that the
-    ledger reads as the table chapter 4 prints.
+    Long because: one line per category of bytes, so it reads as chapter 4's table.
     """
     if platform not in TEMPORARIES:
         raise ValueError(
@@ -181,9 +159,8 @@ def predict(
 
 
 def peak_tolerance(temporaries: float) -> float:
-    """Bytes by which a compiled peak may differ from :func:`predict`'s, for a
-    prediction of ``temporaries`` bytes: XLA's packing of small buffers,
-    :data:`TEMPORARY_SLACK_BYTES`, plus :data:`TEMPORARY_SLACK_FRACTION` of them."""
+    """Allowed bytes between a compiled and a predicted peak of ``temporaries`` bytes:
+    :data:`TEMPORARY_SLACK_BYTES` plus :data:`TEMPORARY_SLACK_FRACTION` of them."""
     return TEMPORARY_SLACK_BYTES + TEMPORARY_SLACK_FRACTION * temporaries
 
 
@@ -191,12 +168,8 @@ def fit_bytes_per_device(
     n: int, devices: int, record_bytes_per_neuron: float = 8
 ) -> float:
     """Predicted peak bytes per device for ``n`` neurons (index representation,
-    XLA:GPU's temporaries), used for sizing GPUs.
-
-    ``predict``'s peak plus the gathered presynaptic spikes: one byte per neuron of the
-    *whole* network on every device.  The default record is a spike counter per neuron
-    (int32, read and written: 8 bytes), as in ``measure_size``.
-    """
+    XLA:GPU), for sizing GPUs: :func:`predict`'s peak plus the gathered spikes, a byte
+    per network neuron.  The default record: an int32 counter read and written (8 B)."""
     n_exc = round(0.8 * n)
     return (predict(n_exc, n - n_exc, devices, "index", record_bytes_per_neuron,
                     platform="gpu")["peak"] + n * SPIKE_BYTES_PER_NEURON)
@@ -207,9 +180,8 @@ def _leaf(x):
 
 
 def net_arrays(net: COBAHH) -> dict:
-    """Every array of the network by a stable name, e.g. ``"E.V"`` or ``"E2I.conn"``,
-    with its category: ``state``, ``delays`` (last step's spikes), ``connectivity`` or
-    ``counters`` (the push delivery's overflow counters, int32[devices, 2] each)."""
+    """Every array of the network by stable name (``"E.V"``, ``"E2I.conn"``) with its
+    category: state, delays (last spikes), connectivity or counters (push's)."""
     out = {}
     for name, x in net.exchanges.items():
         out[f"{name}.exchange"] = ("counters", _leaf(x.counter))
@@ -247,14 +219,9 @@ def measured_bytes(net: COBAHH) -> dict:
 
 
 def compiled_stats(compiled) -> dict:
-    """Per-device bytes of a compiled program: arguments, outputs, temporaries, peak,
-    constants.
-
-    ``peak`` is what the device holds while the program runs: arguments + outputs
-    - aliased + temporaries.  ``xla_peak`` is XLA's own ``peak_memory_in_bytes`` where
-    it reports one (XLA:CPU's leaves the temporaries out: it equals arguments + outputs
-    for these programs); ``constants`` are the arrays baked into the program text.
-    """
+    """Per-device bytes of a compiled program: arguments, outputs, temporaries, aliased,
+    ``peak`` (arguments + outputs - aliased + temporaries), ``xla_peak`` (XLA's own;
+    XLA:CPU's leaves temporaries out) and ``constants`` (baked into the program)."""
     from ..hlo import Program
 
     m = compiled.memory_analysis()
@@ -281,14 +248,9 @@ def model_bytes(
     weights: bool = False,
     delay_steps: int = 1,
 ) -> list[tuple[str, float, bool]]:
-    """The ledger of a network of ``n`` neurons with ``k`` inputs each, per device.
-
-    Returns ``(item, bytes on each device, shrinks with more devices)`` rows.  Knobs:
-    ``conn`` (``"index"`` or ``"event"``), ``weights`` (a float32 weight per synapse
-    instead of one per projection), ``delay_steps`` (D: spikes take D steps to arrive,
-    so each device keeps the last D gathered spike vectors).  Two populations feeding
-    two projections each, as in COBA-HH.
-    """
+    """Per-device rows ``(item, bytes, shrinks with more devices)`` for ``n`` neurons of
+    ``k`` inputs.  ``conn``: ``"index"`` or ``"event"`` (else ``ValueError``);
+    ``weights``: a float32 weight per synapse; ``delay_steps``: D spike vectors kept."""
     if conn not in ("index", "event"):
         raise ValueError(f"conn must be 'index' or 'event', not {conn!r}")
     per = n / devices

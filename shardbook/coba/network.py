@@ -1,10 +1,7 @@
-"""The COBA-HH network: the neuron, the connectivity, the network, and ``build``.
+"""The COBA-HH network (Brette et al. 2007, benchmark 3) in BrainPy, and ``build``.
 
-Benchmark 3 of Brette et al. (2007), "Simulation of networks of spiking neurons: a
-review of tools and strategies", J. Comput. Neurosci. 23:349-398, written with BrainPy's
-building blocks.  Anchors: BrainPy's examples (``ei_nets/Brette_2007_COBAHH.py``) and
-the BrainPy eLife paper's TPU script (``figure8B/COBAHH-TPU.py``: a fixed in-degree
-index matrix).
+Anchors: BrainPy's ``ei_nets/Brette_2007_COBAHH.py`` and the BrainPy eLife paper's
+``figure8B/COBAHH-TPU.py`` (a fixed in-degree index matrix).
 """
 from __future__ import annotations
 
@@ -64,10 +61,8 @@ from .randomness import (
 __all__ = ["HH", "FixedInDegree", "COBAHH", "build"]
 
 
-# ----------------------------------------------------------------------- the neuron
 class HH(bp.dyn.NeuDyn):
-    """Hodgkin-Huxley neurons with Traub-Miles kinetics, every state split along
-    ``neuron``."""
+    """Hodgkin-Huxley neurons (Traub-Miles kinetics), all state split on ``neuron``."""
 
     def __init__(self, V0, method="exp_auto"):
         super().__init__(V0.shape[0], sharding=[NEURON], method=method)
@@ -121,30 +116,22 @@ class HH(bp.dyn.NeuDyn):
 class FixedInDegree(bp.dnn.Layer):
     """Each postsynaptic neuron's sources, given as a ``[k, n_post]`` matrix.
 
-    ``kind`` is how that random graph is stored:
-      * ``"index"``: the ``[k, n_post]`` int32 matrix of sources, split along post;
-      * ``"mask"``:  a dense ``[n_pre, n_post]`` uint8 matrix (how often j feeds i);
-      * ``"csr"``:   BrainPy's ``EventCSRLinear`` (no ``sharding`` support: held whole);
-      * ``"jit"``:   BrainPy's ``EventJitFPHomoLinear``: a new graph with the same
-        connection probability k / n_pre, regenerated from a seed at every step;
-      * ``"event"``: :class:`EventCSR`, a CSR by presynaptic row on each device;
-      * ``"push"``: :class:`PushCSR`, the same CSR, delivered from the gathered indices
-        of the spiking neurons (``shardbook.coba.push``): ``update`` takes those
-        indices;
-      * ``"brainevent"``: the same CSR, delivered by brainevent's kernel on each device
-        (``shardbook.coba.peer``; CPU only).
-    ``spike_capacity`` and ``kernel`` are the push delivery's knobs (``push.PushCSR``).
+    ``kind``: ``"index"`` (that int32 matrix, split along post), ``"mask"`` (a dense
+    ``[n_pre, n_post]`` uint8 count), ``"csr"`` (BrainPy's ``EventCSRLinear``, held
+    whole), ``"jit"`` (BrainPy's ``EventJitFPHomoLinear``: a new graph of probability
+    k / n_pre every step), ``"event"`` (:class:`EventCSR`), ``"push"``
+    (:class:`PushCSR`: ``update`` takes the gathered spike indices) or ``"brainevent"``
+    (CPU only).
     ``as_variable=False`` keeps the index or mask as a plain attribute: the trap.
     Sources equal to ``n_pre`` are padding (a Bernoulli graph's shorter columns).
     """
 
     def __init__(self, sources, n_pre, weight, kind="index", as_variable=True, seed=0,
                  padded=False, rows=None, spike_capacity=SPIKE_CAPACITY, kernel="auto"):
-        """A projection's synapses as ``kind`` stores them, split over the devices.
+        """A projection's synapses as ``kind`` stores them, split over the devices;
+        ``ValueError`` for a ``kind`` that cannot hold this graph.
 
-        Long because: one branch per stored form of the synapses (index matrix, mask,
-        CSR, event CSR, push); each is short, and together they are the forms chapter 4
-        compares."""
+        Long because: one short branch per stored form, the forms chapter 4 compares."""
         super().__init__()
         push = dict(fraction=spike_capacity, kernel=kernel)
         # (n_post, k, key): an event CSR drawn by row in each block
@@ -173,7 +160,6 @@ class FixedInDegree(bp.dnn.Layer):
                 f"a Bernoulli graph is stored as 'index', 'event' or 'push', "
                 f"not {kind!r}"
             )
-        # sources: the [k, n_post] matrix made by random_state
         k, n_post = sources.shape
         self.kind, self.weight, self.shape, self.padded = (
             kind,
@@ -185,7 +171,7 @@ class FixedInDegree(bp.dnn.Layer):
             self.op = bp.dnn.EventJitFPHomoLinear(n_pre, n_post, prob=k / n_pre,
                                                   weight=weight, seed=seed)
             return
-        if kind == "csr":  # BrainPy's layer needs the whole graph, concrete: gather it
+        if kind == "csr":  # BrainPy's layer needs the whole, concrete graph
             whole = _gather(sources)
             self.op = bp.dnn.EventCSRLinear(_csr_conn(whole, n_pre, n_post), weight)
             return
@@ -226,8 +212,7 @@ class FixedInDegree(bp.dnn.Layer):
 
 
 def _gather(x) -> np.ndarray:
-    """The whole of a global array in this process: a copy where it is all here, an
-    explicit all-gather across processes where it is not (every process calls it)."""
+    """A global array, whole, here; across processes an all-gather all must call."""
     if getattr(x, "is_fully_addressable", True):
         return np.asarray(x)
     from jax.experimental import multihost_utils
@@ -243,8 +228,7 @@ def _count_sources(sources, n_pre):
 
 
 def _csr_conn(sources: np.ndarray, n_pre: int, n_post: int):
-    """The graph of a ``[k, n_post]`` source matrix as BrainPy's CSR connector (pre ->
-    post)."""
+    """A ``[k, n_post]`` source matrix as BrainPy's CSR connector (pre -> post)."""
     k = sources.shape[0]
     pre = sources.T.reshape(-1)
     post = np.repeat(np.arange(n_post, dtype=np.int32), k)
@@ -258,31 +242,18 @@ def _csr_conn(sources: np.ndarray, n_pre: int, n_post: int):
 class COBAHH(bp.DynSysGroup):
     """COBA-HH: E and I populations, four projections, split along ``neuron``.
 
-    Build it inside ``bm.sharding.device_mesh(devices, [NEURON])``: BrainPy resolves
-    every sharding when a model is constructed.  Options:
-      * ``conn``: the representation of the graph (:class:`FixedInDegree`); ``None``
-        (the default) is ``DEFAULT_CONN``, the push delivery, except for the two
-        demonstrations about the index matrix (``as_variable=False``,
-        ``layout="sliced"``), which get ``"index"``;
-      * ``graph``: ``"fixed"`` in-degree ``k`` (default 64 E + 16 I inputs, drawn with
-        replacement), ``"bernoulli"`` (each pair with probability 0.02, the benchmark),
-        or ``"rows"`` (Bernoulli-like with mean in-degree ``k``, drawn by presynaptic
-        row in each device's block, straight into ``conn="event"``: no sort, seeded per
-        block, so the graph depends on the device count);
-      * ``start``: ``"rest"`` (V random, conductances zero: the book's variant),
-        ``"random"`` (V and conductances random: Brian 2's ``COBAHH`` example) or
-        ``"kick"`` (NEST's ``hh_coba``: every neuron at E_L, and a 300 Hz Poisson kick
-        onto the first 50 E neurons from 1 to 51 ms);
-      * ``layout="sliced"``: the trap variant, one population sliced into E and I;
-      * ``sizes``: (n_exc, n_inh) instead of ``scale``, e.g. the benchmark's
-        (3200, 800);
-      * ``weights``: (we, wi) in nS instead of the benchmark's (6, 67);
-      * ``spike_capacity``, ``kernel``: the push delivery's buffer (a fraction of each
-        device's neurons that may spike in one step) and kernels (``coba.push``);
-      * ``dt``: the time step in ms (``Simulation`` compiles with it).
-
-    ``config`` holds every constructor argument (what :func:`build` needs to make the
-    same network again) and ``devices``, the mesh's size.
+    Build it in ``bm.sharding.device_mesh(devices, [NEURON])`` or with :func:`build`.
+    ``conn``: :class:`FixedInDegree`'s ``kind``; ``None`` is ``DEFAULT_CONN``, or
+    ``"index"`` with ``as_variable=False`` or ``layout="sliced"`` (the trap: one
+    population sliced into E and I).  ``graph``: ``"fixed"`` in-degree ``k`` (drawn
+    with replacement), ``"bernoulli"`` (p = 0.02) or ``"rows"`` (mean in-degree ``k``,
+    drawn per device block for ``"event"`` or ``"push"``: depends on the device count).
+    ``start``: ``"rest"`` (V random, g zero), ``"random"`` (V and g random: Brian 2) or
+    ``"kick"`` (NEST: all at E_L, a Poisson kick into 50 E neurons).  ``sizes``:
+    (n_exc, n_inh) instead of ``scale``; ``weights``: (we, wi) in nS;
+    ``spike_capacity``, ``kernel``: see :mod:`shardbook.coba.push`; ``dt`` in ms.
+    ``config`` holds every argument (for :func:`build` to remake it); ``devices``, the
+    mesh size.
     """
 
     def __init__(
@@ -301,11 +272,11 @@ class COBAHH(bp.DynSysGroup):
         kernel="auto",
         dt=DT,
     ):
-        """The benchmark network at ``scale``, with the arguments :func:`build` takes.
+        """The benchmark network at ``scale``; ``ValueError`` for a bad option,
+        ``RuntimeError`` if a Bernoulli in-degree overflows its matrix.
 
-        Long because: the network is built in the order the benchmark defines it
-        (populations, start, graph, projections, kick), and every argument of
-        :func:`build` is checked here, once."""
+        Long because: built in the benchmark's order (populations, start, graph,
+        projections, kick), with every argument checked here, once."""
         if conn is None:
             conn = DEFAULT_CONN if as_variable and layout == "separate" else "index"
         config = _config(dict(locals()))  # every argument, before anything else
@@ -369,7 +340,7 @@ class COBAHH(bp.DynSysGroup):
                     P_CONN,
                     k_max,
                 )
-                # a column may have overflowed (a replicated reduction: any process)
+                # a column overflowed? (a replicated reduction: every process reads it)
                 if replicated_any(init[name][-1] < n_pre, self.replicated):
                     raise RuntimeError(
                         f"{name}: an in-degree reached {k_max}; raise k_max"
@@ -421,14 +392,9 @@ class COBAHH(bp.DynSysGroup):
         self.kick_key = jax.random.fold_in(key, 300)
 
     def kick(self, i):
-        """Step ``i``'s g_e jumps of NEST's Poisson kick, for every target neuron.
-
-        Each of the first 50 E neurons receives its own Poisson train of 300 Hz while
-        1 ms <= t < 51 ms (NEST: one ``poisson_generator`` connected to each, weight
-        we):
-        Poisson(300 Hz * dt) events per step, drawn by inverting the CDF (six terms: the
-        chance of more is below 1e-10), from a key of its own per step.  The 50 numbers
-        are the same on every device; each keeps the part that falls on its neurons.
+        """Step ``i``'s g_e jumps (nS) of NEST's kick, for every E neuron: each of the
+        first 50 gets its own 300 Hz Poisson train while 1 ms <= t < 51 ms, drawn by
+        inverting the CDF (six terms: more events have p < 1e-10), alike on all devices.
         """
         lam = KICK_RATE * self.dt * 1e-3
         cdf = np.cumsum([np.exp(-lam) * lam ** j / np.prod(np.arange(1, j + 1))
@@ -463,8 +429,7 @@ class COBAHH(bp.DynSysGroup):
         return {"E": self.exchange_E, "I": self.exchange_I}
 
     def after_chunk(self):
-        """Called by ``Simulation.run`` after each chunk: raises if a delivery dropped
-        input (``coba.push.check``)."""
+        """``Simulation.run`` calls it per chunk: raises if push dropped input."""
         if self.conn_kind == "push":
             check_delivery(self)
 

@@ -1,22 +1,11 @@
 """Programs that run once per network (graph builders, summaries), compiled quickly.
 
-A builder runs once, so its compile time is most of its cost.  On XLA:CPU,
-``QUICK_OPTIONS`` (XLA debug options, passed as compiler options of
-``Lowered.compile``) skip LLVM's optimisations (``xla_backend_optimization_level=0``:
-a third to a half off the compile, measured on this book's builders and generators),
-and emit the fusions with XLA:CPU's older elemental IR emitter instead of its MLIR
-fusion emitters (``xla_cpu_use_fusion_emitters=False``: a third to a half of what is
-left, measured on the initial-state generator).  The second option also changes the
-optimised HLO a little: a lone instruction is no longer wrapped in a fusion of its own.
-Integer results (graphs, counts, hashes) do not change.  Float results may
-differ in their last bits from an optimised compile (the normal draws of the initial
-state do, and were compiled at level 0 from the start; adding the second option
-changed none of their bits, on 1, 3 and 8 devices when it was made, and on 1 and 4 in
-tests/test_once.py): the choice depends only on the
-program's global shapes, so every mesh and every process makes the same one, and a
-network is the same network on any of them.  A large program (inputs, outputs or
-``work`` of ``QUICK_LIMIT`` elements or more) runs longer than it compiles, so it keeps
-LLVM's optimisations, as does every program on another platform.
+On XLA:CPU, ``QUICK_OPTIONS`` skip LLVM's optimisations and use the older elemental IR
+emitter: each cuts a third to a half of the compile.  Integer results do not change;
+floats may differ in their last bits from an optimised compile (tests/test_once.py).
+The choice depends only on global shapes, so every mesh and process makes the same one
+and a network is the same on any of them.  Programs of ``QUICK_LIMIT`` elements or more
+(inputs, outputs or ``work``), and every program on another platform, are optimised.
 """
 from __future__ import annotations
 
@@ -28,8 +17,7 @@ import jax
 __all__ = ["QUICK_LIMIT", "QUICK_OPTIONS", "compile_once", "once_jit"]
 
 QUICK_LIMIT = 2_000_000  # elements in or out from which a program is compiled optimised
-# XLA:CPU debug options of a quick compile (see above). Read-only: every builder, in
-# every process, must make the same choice, or a network differs between meshes.
+# Read-only: every process must choose alike, or a network differs between meshes.
 QUICK_OPTIONS = MappingProxyType({
     "xla_backend_optimization_level": 0,
     "xla_cpu_use_fusion_emitters": False,
@@ -37,10 +25,8 @@ QUICK_OPTIONS = MappingProxyType({
 
 
 def compile_once(lowered: jax.stages.Lowered, work: int = 0) -> jax.stages.Compiled:
-    """``lowered.compile()``, with ``QUICK_OPTIONS`` where that is quicker.
-
-    ``work``: elements the program goes through where that is more than its inputs
-    and outputs hold (a draw that it reduces)."""
+    """``lowered.compile()``, with ``QUICK_OPTIONS`` where quicker; ``work``: elements
+    the program goes through beyond its inputs and outputs (a draw it reduces)."""
     size = max(work, *(sum(math.prod(x.shape) for x in jax.tree.leaves(info))
                        for info in (lowered.args_info, lowered.out_info)))
     if jax.default_backend() == "cpu" and size < QUICK_LIMIT:

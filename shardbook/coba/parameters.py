@@ -1,8 +1,8 @@
 """Parameters of COBA-HH (Brette et al. 2007, benchmark 3), and the network's sizes.
 
-Units: mV, ms, nS, pF, so that nS * mV / pF = mV / ms.  The numbers are those of
-BrainPy's ``Brette_2007_COBAHH.py`` (github.com/brainpy/examples, ``ei_nets``) and
-Brian 2's ``examples/COBAHH.py``.  It imports nothing from the rest of the package.
+Units: mV, ms, nS, pF (nS * mV / pF = mV / ms); values of BrainPy's examples
+(``ei_nets/Brette_2007_COBAHH.py``) and Brian 2's ``examples/COBAHH.py``.  Imports
+nothing from the package.
 """
 from __future__ import annotations
 
@@ -38,17 +38,15 @@ V0_MEAN, V0_SD = El - 5., 5.
 GE0_MEAN, GE0_SD = 40., 15.
 GI0_MEAN, GI0_SD = 200., 120.
 
-# NEST's start (pynest/examples/brette_et_al_2007/hh_coba.py): every neuron at E_L with
-# hh_cond_exp_traub's initial gates, no conductance, and a Poisson kick of 300 Hz onto
-# the first 50 E neurons from 1 to 51 ms, each event a jump of we in g_e.
+# NEST's start (hh_coba.py): all at E_L with hh_cond_exp_traub's gates, g zero, and a
+# 300 Hz Poisson kick onto the first 50 E neurons from 1 to 51 ms, each event +we in g_e
 KICK_NEURONS, KICK_RATE = 50, 300.            # neurons, Hz
 KICK_FROM, KICK_TO = 1., 51.                  # ms
 
 REPRESENTATIONS = ("index", "mask", "csr", "jit", "event", "push", "brainevent")
-# The delivery a reader gets: the push delivery (coba.push), the fastest measured on one
-# CPU device and the one whose step has no O(N) pass and no data-dependent loop.  The
-# index matrix stays the default of the two demonstrations that are about it: the trap
-# of a closure constant (as_variable=False) and the sliced layout.
+# Push (coba.push): the fastest measured on one CPU device, with no O(N) pass and no
+# data-dependent loop.  The two demonstrations about the index matrix
+# (as_variable=False, layout="sliced") keep "index".
 DEFAULT_CONN = "push"
 GRAPHS = ("fixed", "bernoulli", "rows")  # fixed in-degree, Bernoulli, or drawn by row
 # conductances at zero, the benchmark's randomised start (Brian 2), or NEST's kick
@@ -56,9 +54,8 @@ STARTS = ("rest", "random", "kick")
 
 
 def nest_initial_gates() -> tuple[float, float, float]:
-    """(m, h, n) as NEST's ``hh_cond_exp_traub`` starts them (``models/hh_cond_exp_traub
-    .cpp``, ``State_``): the rate functions' equilibrium with E_L as their argument
-    (NEST evaluates them at -60 mV, without the V_T shift): m and n near 0, h near 1."""
+    """(m, h, n) as NEST's ``hh_cond_exp_traub`` starts them (``State_``): the rate
+    functions' equilibrium at E_L = -60 mV, without the V_T shift."""
     import math
 
     v = El
@@ -72,7 +69,8 @@ def nest_initial_gates() -> tuple[float, float, float]:
 
 
 def sizes(scale: float = 1) -> tuple[int, int]:
-    """(excitatory, inhibitory) neuron counts at a scale; the in-degree stays 80."""
+    """(excitatory, inhibitory) neuron counts at ``scale`` (in-degree stays 80);
+    ``ValueError`` if that gives no neurons."""
     n_exc, n_inh = round(N_EXC_UNIT * scale), round(N_INH_UNIT * scale)
     if n_exc < 1 or n_inh < 1:
         raise ValueError(f"scale {scale} gives no neurons")

@@ -1,21 +1,11 @@
 """The peer: brainevent's event-driven CSR kernel, run on each device's own CSR.
 
-brainevent 0.2.1 (the event library under BrainPy) multiplies a CSR matrix by a spike
-vector with ``brainevent.binary_csrmv`` (numba on CPU, CUDA kernels on GPU).  Its
-matrix class ``brainevent.CSR`` sizes a task workspace from the row pointers when it is
-used (``brainevent/_csr/main.py``, ``_ensure_binary_workspace_and_get`` ->
-``hybrid_task_capacity`` in ``_csr/hybrid_config.py``, which calls
-``jax.device_get(indptr)``): under ``jax.shard_map`` each shard's row pointers are
-traced, and that raises ``TracerArrayConversionError``.  The function
-``binary_csrmv`` itself takes the workspace as an argument; with a workspace whose
-capacity is static (a pytree with the capacity in its static part, :class:`Workspace`)
-it accepts traced row pointers, and its numba kernel runs on each device's block.  The
-capacity only sizes the CUDA "hybrid" kernel's task queue, which the CPU kernel never
-reads, so :data:`CPU_ONLY`: this module drives brainevent on CPUs.
-
-Its CPU kernel is called through a Python ``ctypes`` callback
-(``brainevent/_op/numba_ffi.py``, ``NumbaCpuFfiHandler._ffi_callback``): each call takes
-the GIL, so the calls of several simulated devices run one at a time.
+brainevent 0.2.1's ``brainevent.CSR`` sizes a task workspace with
+``jax.device_get(indptr)`` (``_csr/hybrid_config.py``), which fails on a shard's traced
+row pointers under ``jax.shard_map``; ``brainevent.binary_csrmv`` accepts them given a
+workspace of static capacity (:class:`Workspace`).  That capacity only sizes the CUDA
+kernel's task queue, so this module drives brainevent on CPUs only (:data:`CPU_ONLY`),
+where each call takes the GIL through a Python ``ctypes`` callback.
 """
 from __future__ import annotations
 
@@ -34,8 +24,7 @@ CPU_ONLY = True
 
 
 def runs_on(device) -> bool:
-    """Whether this module's brainevent path runs on ``device`` (its numba kernel: CPUs
-    only, :data:`CPU_ONLY`), so that a timing can leave the peer out elsewhere."""
+    """Whether the brainevent path runs on ``device`` (CPUs only: :data:`CPU_ONLY`)."""
     return not CPU_ONLY or device.platform == "cpu"
 
 
@@ -69,8 +58,7 @@ def deliver(spikes, indptr, indices, n_local: int):
 
 
 class BrainEventCSR(EventCSR):
-    """:class:`EventCSR`'s per-device CSR, delivered by brainevent's kernel per
-    shard."""
+    """:class:`EventCSR`, delivered by brainevent's kernel on each shard."""
 
     def update(self, spikes):  # spikes: bool[n_pre], the same on every device
         def local(s, indptr, indices):

@@ -6,7 +6,7 @@ __all__ = ["plot_time_model"]
 
 def plot_time_model(curves: dict, ax=None, total_only: bool = False):
     """Predicted time per step against devices (``coba.timemodel.curve`` data, one per
-    delivery): the total as a line, each range shaded by its dominant term."""
+    delivery): the total as a line, each point labelled with its dominant term."""
     import matplotlib.pyplot as plt
 
     if ax is None:

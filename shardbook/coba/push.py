@@ -1,37 +1,22 @@
 """Push delivery: spike indices exchanged, only the rows of spiking neurons visited.
 
-The scheme of large event-driven simulators (NEST GPU's spike buffers, GeNN's "push"
-sparse connectivity), with static shapes so that XLA compiles it on any device:
+As NEST GPU's spike buffers and GeNN's "push" connectivity do it, with static shapes:
 
-1. **compact** (each device, its own neurons): the indices of the neurons that spiked
-   this step go into a buffer of static capacity ``C``
-   (:func:`spike_capacity`), padded with a sentinel;
-2. **exchange**: the buffers are all-gathered.  At the benchmark's rate (about 0.25 %
-   of neurons per step) ``4 C`` bytes per device replace the ``B`` bytes of the bool
-   vector (one per neuron), a tenth of it at the default capacity on large devices;
-3. **push** (each device, its own postsynaptic block): for each gathered index, the row
-   of that source in the device's CSR (:func:`shardbook.coba.events.local_csr`), one
-   count per synapse.  Work: the gathered ids (``n C``) plus the events of this device's
-   block; no pass over all presynaptic neurons.
+1. **compact**: each device puts the indices of its spiking neurons in a buffer of
+   capacity ``C`` (:func:`spike_capacity`), padded with a sentinel;
+2. **exchange**: the buffers are all-gathered, ``4 C`` bytes per device instead of a
+   byte per neuron (a tenth of it at the default capacity);
+3. **push**: each device adds one count per synapse in the gathered ids' rows of its
+   CSR (:func:`shardbook.coba.events.local_csr`); no pass over all sources.
 
-Every loop has a trip count known at compile time: the compaction is ``jnp.nonzero``
-with ``size=C``, the expansion a fixed number ``S`` of event slots
-(:func:`event_capacity`) whose owners a fixed-depth binary search finds
-(``jnp.searchsorted(method="scan_unrolled")``), and nothing branches on data.  On the
-CPU the same three steps run as the machine-code kernels of
-:mod:`shardbook.coba.kernels` (``jax.lax.platform_dependent`` picks them while lowering
-for the CPU; XLA's GPU compiler never sees them): exact, no capacity ``S`` at all.
+Loops have static trip counts: ``jnp.nonzero(size=C)`` and ``S`` event slots
+(:func:`event_capacity`) whose owners a fixed-depth binary search finds.  On the CPU,
+``jax.lax.platform_dependent`` swaps in the exact :mod:`shardbook.coba.kernels`.
 
-**Nothing is dropped silently.**  Each device counts, on the device, the spikes that did
-not fit its buffer and the events that did not fit ``S``, and records the largest burst
-it saw.  :func:`check` reads those counters after each chunk of steps
-(``Simulation.run`` calls it through ``COBAHH.after_chunk``) and raises
-:class:`DeliveryOverflow`, naming the knob (``spike_capacity``), if anything was
-dropped.  An exact in-step fallback would need ``lax.cond``: on XLA:GPU a conditional
-copies its predicate to the host and waits (``ConditionalThunk::ExecuteOnStream``,
-``xla/backends/gpu/runtime/conditional_thunk.cc``), the host round-trip this design
-exists to avoid; a fallback computed unconditionally would be the O(N_pre) pass itself.
-So the delivery raises; it never falls back.
+**Nothing is dropped silently**: devices count what did not fit, and :func:`check`
+raises :class:`DeliveryOverflow` after the chunk.  No in-step fallback: a ``lax.cond``
+on XLA:GPU waits for the host (``conditional_thunk.cc``), and an unconditional one is
+the O(N_pre) pass itself.
 """
 from __future__ import annotations
 
@@ -53,13 +38,8 @@ __all__ = ["SPIKE_CAPACITY", "SIGMAS", "spike_capacity", "gathered_ids",
            "compact_local", "push_local",
            "burst_stats", "counters"]
 
-# The largest share of a network's neurons that spiked in one step, measured on
-# chapter 4's networks (3,000 steps, two seeds each; 4,200 neurons): 2.14 % in the
-# opening volley of the rest start (step 64), at most 1.4 % after it, 0.7-1.4 % for the
-# randomised start, the Bernoulli graph and the graph drawn by rows.  The default
-# capacity is 2.5 % of a device's neurons plus SIGMAS times sqrt(mean): how unevenly
-# a burst of that size splits over the devices (sqrt(mean), a Poisson count's standard
-# deviation, bounds the binomial one of a split).
+# Chapter 4's networks spiked at most 2.14 % of neurons in one step (the rest start's
+# opening volley; 1.4 % after), hence 2.5 %; SIGMAS sqrt(mean) covers uneven splits.
 SPIKE_CAPACITY = 0.025
 SIGMAS = 6
 # auto: the CPU kernels on a CPU, XLA elsewhere; xla: XLA always
@@ -71,9 +51,8 @@ class DeliveryOverflow(RuntimeError):
 
 
 def spike_capacity(n_local: int, fraction: float = SPIKE_CAPACITY) -> int:
-    """Room for spike indices per device and step: ``fraction`` of its ``n_local``
-    neurons, plus :data:`SIGMAS` times ``sqrt(mean)`` (a Poisson count's standard
-    deviation, at least the binomial one), plus one."""
+    """Room for spike indices per device and step: ``fraction`` of ``n_local`` neurons
+    plus :data:`SIGMAS` ``sqrt(mean)`` plus one; ValueError unless 0 < fraction <= 1."""
     if not 0 < fraction <= 1:
         raise ValueError(
             f"spike_capacity is a fraction of each device's neurons in (0, 1],"
@@ -85,19 +64,15 @@ def spike_capacity(n_local: int, fraction: float = SPIKE_CAPACITY) -> int:
 
 def gathered_ids(n_exc: int, n_inh: int, devices: int,
                  fraction: float = SPIKE_CAPACITY) -> dict:
-    """Entries of the gathered index buffers (int32) that every device holds after the
-    exchange: ``devices`` buffers of :func:`spike_capacity` each, for the excitatory
-    (``ids_exc``) and the inhibitory (``ids_inh``) population.  The same on every
-    device, and they do not shrink with more devices (``devices * C`` grows with the
-    network, not with its share)."""
+    """Int32 entries of the gathered buffers on every device, ``ids_exc`` and
+    ``ids_inh``: ``devices`` times :func:`spike_capacity`; they do not shrink."""
     return dict(ids_exc=devices * spike_capacity(n_exc // devices, fraction),
                 ids_inh=devices * spike_capacity(n_inh // devices, fraction))
 
 
 def event_capacity(slots: int, mean_degree: float) -> int:
-    """Event slots per device and step for the XLA expansion: every gathered slot
-    filled, each with the mean local out-degree, plus :data:`SIGMAS` Poisson standard
-    deviations, plus 16."""
+    """Event slots per device and step for the XLA expansion: ``slots`` times the mean
+    local out-degree, plus :data:`SIGMAS` Poisson standard deviations, plus 16."""
     mean = slots * mean_degree
     return int(np.ceil(mean + SIGMAS * np.sqrt(mean) + 16))
 
@@ -230,8 +205,7 @@ def expand(ids, indptr, indices, n_local: int, slots: int):
 
 
 class PushCSR(EventCSR):
-    """A projection stored as :class:`EventCSR` (a CSR by presynaptic row on each
-    device), delivered from the gathered spike indices of a :class:`SpikeExchange`."""
+    """An :class:`EventCSR` delivered from a :class:`SpikeExchange`'s gathered ids."""
 
     def __init__(self, sources, n_pre, weight, mesh=None, rows=None,
                  fraction: float = SPIKE_CAPACITY, kernel: str = "auto",
@@ -261,8 +235,7 @@ class PushCSR(EventCSR):
 
 
 def counters(net) -> dict:
-    """Every delivery counter of a network by name: ``{"E": SpikeExchange, "E2E":
-    ...}``."""
+    """Every delivery counter of a network by name: ``{"E": SpikeExchange, ...}``."""
     out = {}
     for name, x in getattr(net, "exchanges", {}).items():
         out[name] = x
@@ -277,8 +250,7 @@ _REPLICATE: dict = {}
 
 
 def _rows(objs) -> list[np.ndarray]:
-    """The counters' rows, fetched together as replicated arrays (also across
-    processes)."""
+    """The counters' rows, fetched together, replicated (readable in every process)."""
     values = [o.counter.value for o in objs]
     if not values:
         return []

@@ -1,9 +1,5 @@
-"""Random numbers made where they live: every random array of the network, from one key.
-
-``sharded_random`` runs a generator under ``jax.jit`` with ``out_shardings`` (JAX docs,
-"Distributed arrays and automatic parallelization"), so that each device computes only
-its own slice and the numbers do not depend on the mesh.
-"""
+"""Random numbers made where they live: every random array of the network, from one key,
+each device computing its own slice, the same on every mesh (``sharded_random``)."""
 from __future__ import annotations
 
 import contextlib
@@ -69,8 +65,7 @@ def random_state(key, populations, projections, start="rest"):
 
 
 def random_state_axes(populations, projections, start="rest"):
-    """The axis names of ``random_state``'s outputs: neurons split, sources by
-    column."""
+    """Axis names of ``random_state``'s outputs: neurons split, sources by column."""
     out = {f"{name}.V": [NEURON] for name, _ in populations}
     if start == "random":
         out |= {
@@ -106,9 +101,8 @@ def bernoulli_k_max(n_pre, p):
 
 
 def replicated_any(x, replicated=None) -> bool:
-    """``bool(x.any())`` for a global array, read in any process: the reduction runs
-    under ``jit`` with a replicated output (``replicated``: its sharding; ``None``
-    without a mesh), so every process holds the answer and nothing else is gathered."""
+    """``bool(x.any())`` of a global array, in any process: reduced under ``jit`` to
+    ``replicated`` (``None`` without a mesh), so nothing else is gathered."""
     return bool(jax.device_get(_reduce(jnp.any, x, replicated)))
 
 
@@ -137,9 +131,8 @@ def _compiled(fn, key, sharding, static):
             static_nums = tuple(range(1, 1 + len(static)))
             jitted = jax.jit(fn, static_argnums=static_nums, out_shardings=sharding)
             lowered = jitted.lower(key, *static)
-        # A generator runs once per network: compiled quickly where that is quicker
-        # (once.compile_once).  bernoulli_sources' work is its [n_pre, n_post] draw,
-        # not its output.
+        # Runs once per network, so compile_once may compile it quickly; the size of
+        # bernoulli_sources' work is its [n_pre, n_post] draw, not its output.
         work = static[0] * static[1] if fn is bernoulli_sources else 0
         _COMPILED[cache_key] = compile_once(lowered, work=work)
     return _COMPILED[cache_key]

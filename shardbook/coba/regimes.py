@@ -1,26 +1,15 @@
 """The benchmark's published forms, their regimes, and bounds with stated coverage.
 
-Benchmark 3 of Brette et al. (2007) has two published implementations that differ in the
-graph and the start, and the book has a third form:
+:data:`FORMS`: ``"brette"`` (Brian 2's ``COBAHH.py``: Bernoulli graph with p = 0.02,
+V and g random), ``"nest"`` (NEST's ``hh_coba``: fixed in-degree 64 + 16, all at E_L, a
+300 Hz Poisson kick onto 50 E neurons from 1 to 51 ms), both 3200 E + 800 I, and
+``"book"`` (NEST's graph, 3360 E + 840 I, V random, g zero); sources in :data:`SOURCES`.
 
-* ``"brette"``: Brette et al. (2007) as Brian 2 writes it (``examples/COBAHH.py``, the
-  same at tags 2.9.0 and 2.10.1): 3200 E + 800 I neurons, each pair connected with
-  probability 0.02 (Bernoulli), V, g_e and g_i drawn at random;
-* ``"nest"``: NEST's ``hh_coba`` (``pynest/examples/brette_et_al_2007/hh_coba.py`` with
-  ``brette_et_al_2007_benchmark.py``, NEST 3.10): a fixed in-degree of CE = 64 and
-  CI = 16 (``fixed_indegree``, multapses and autapses allowed), every neuron at E_L, and
-  a 300 Hz Poisson kick onto 50 E neurons from 1 to 51 ms;
-* ``"book"``: the book's variant: NEST's graph, 3360 E + 840 I neurons (divisible by
-  1 to 8 devices), V drawn at random, conductances zero.
-
-A regime is four statistics of one run's window after a transient (``PROTOCOL``): rate,
-mean CV of the ISIs, Fano factor of the population count in 5 ms bins, and the share of
-ISIs under 10 ms.  Bounds are normal tolerance intervals on the logarithms of a
-statistic over independent seeds (:func:`tolerance_bounds`): with the default
-coverage 0.999 and confidence 0.95 they contain at least 99.9 % of the runs (of new
-seeds, or of the same seed on another CPU, which chaos turns into a new sample) with
-95 % confidence, if the log statistic is normal across seeds.  Held-out seeds check
-them (:func:`held_out`).
+A regime is four statistics of a window after a transient (:data:`PROTOCOL`): rate,
+mean ISI CV, Fano factor of the population count in 5 ms bins, share of ISIs under
+10 ms.  :func:`tolerance_bounds` are normal tolerance intervals on the log statistic
+over seeds: by default at least 99.9 % of runs (new seeds, or the same seed on another
+CPU: chaos makes it a new sample) with 95 % confidence.  :func:`held_out` checks them.
 """
 
 from __future__ import annotations
@@ -69,8 +58,7 @@ SOURCES = {
     "brette_et_al_2007_benchmark.py (hh_cond_exp_traub)",
     "book": "this book: NEST's graph, 3360 E + 840 I neurons, V random, g = 0",
 }
-# The attribution design: every graph with every start (lab/regimes.py), at the
-# benchmark's 4000 neurons.
+# The attribution design: every graph x every start at 4000 neurons (lab/regimes.py)
 GRAPHS_2X2 = ("bernoulli", "fixed")
 PROTOCOL = dict(transient_ms=200.0, window_ms=1000.0, bin_ms=5.0)
 STATS = ("rate", "cv", "fano", "short_isi")
@@ -102,14 +90,12 @@ def window_stats(raster, dt: float = DT, protocol=PROTOCOL) -> dict:
     )
 
 
-# ------------------------------------------------------------------ bounds
 def tolerance_factor(
     n: int, coverage: float = 0.999, confidence: float = 0.95
 ) -> float:
-    """k of the two-sided normal tolerance interval mean +- k sd from ``n`` samples
-    (Howe 1969, J. Am. Stat. Assoc. 64:610-620; NIST/SEMATECH e-Handbook of Statistical
-    Methods, 7.2.6.3): it contains at least ``coverage`` of the population with
-    probability ``confidence``."""
+    """k of the two-sided normal tolerance interval mean +- k sd from ``n`` >= 3
+    samples (else ``ValueError``): at least ``coverage`` of the population with
+    probability ``confidence`` (Howe 1969; NIST/SEMATECH e-Handbook 7.2.6.3)."""
     from scipy import stats
 
     if n < 3:
@@ -151,7 +137,7 @@ def check(stats: dict, bounds: dict, what: str = "", names=None) -> str:
 
 def held_out(bound_runs, held_runs, **kw) -> dict:
     """How many held-out runs fall inside the bounds made from ``bound_runs``, per
-    statistic: {statistic: (inside, of)}.  The two sets of seeds must not meet."""
+    statistic: {statistic: (inside, of)}.  Shared seeds raise ``ValueError``."""
     seeds = {r["seed"] for r in bound_runs}
     if seeds & {r["seed"] for r in held_runs}:
         raise ValueError(
@@ -165,16 +151,15 @@ def held_out(bound_runs, held_runs, **kw) -> dict:
     }
 
 
-# ------------------------------------------------------------------ summaries
 def _mean_sd(values):
     v = np.asarray(values, dtype=np.float64)
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else float("nan")
 
 
 def attribution(runs, stats=STATS) -> dict:
-    """The graph x start design as means: {(graph, start): {stat: (mean, sd, n)}}, and
-    the main effects {"graph": {stat: (bernoulli - fixed, se)}, "start/<a>-<b>": ...}
-    at the benchmark's size, from runs with ``graph`` and ``start`` fields."""
+    """The graph x start design of runs with ``graph`` and ``start`` fields: ``cells``
+    {(graph, start): {stat: (mean, sd, n)}} and ``effects`` {"graph (bernoulli -
+    fixed)" or "start (<a> - <b>)": {stat: (difference, se) or None}}."""
     cells = {}
     for r in runs:
         cells.setdefault((r["graph"], r["start"]), []).append(r)
@@ -213,8 +198,9 @@ def attribution(runs, stats=STATS) -> dict:
 
 
 def dt_convergence(runs, stats=STATS, finest: float | None = None) -> dict:
-    """{form: {dt: {stat: (mean, sd, n)}}} and, per form and statistic, whether each
-    dt's mean lies within 2 standard errors (of the difference) of the finest dt's."""
+    """Per form: ``table`` {dt: {stat: (mean, sd, n)}}, ``finest`` and ``verdict``
+    {dt: {stat: {diff, se, rel, within_2se}}}: whether each dt's mean lies within 2
+    standard errors (of the difference) of the finest dt's."""
     by = {}
     for r in runs:
         by.setdefault(r["form"], {}).setdefault(r["dt"], []).append(r)
@@ -249,10 +235,9 @@ def within_reference(
     confidence: float = 0.95,
     what: str = "the book",
 ) -> str:
-    """Assert that every run of the book lies inside the reference simulator's seed-to-
-    seed spread: the tolerance interval of ``reference_runs`` (independent seeds).
-    Returns a verdict; raises ``AssertionError`` naming each run and statistic
-    outside."""
+    """Assert every book run lies inside the tolerance interval of ``reference_runs``
+    (independent seeds).  Returns a verdict; ``AssertionError`` names each run and
+    statistic outside."""
     bounds = tolerance_bounds(reference_runs, stats, coverage, confidence)
     bad = []
     for r in book_runs:
@@ -271,11 +256,9 @@ def within_reference(
 
 
 def means_agree(book_runs, reference_runs, stats=STATS, k: float = 3.0) -> dict:
-    """The book's mean of each statistic against the reference's: the relative
-    difference and its standard error (Welch, independent seeds on both sides).
-    Raises ``AssertionError`` where a difference exceeds ``k`` standard errors; a far
-    sharper test of the mean than :func:`within_reference`'s interval, which must hold
-    every single run.  Returns {stat: (relative difference, its standard error)}."""
+    """{stat: (relative difference, its standard error)} of the book's means against
+    the reference's (Welch, independent seeds).  ``AssertionError`` where one exceeds
+    ``k`` standard errors: far sharper on the mean than :func:`within_reference`."""
     out, bad = {}, []
     for s in stats:
         (m, sd, n), (m0, sd0, n0) = (
@@ -292,7 +275,6 @@ def means_agree(book_runs, reference_runs, stats=STATS, k: float = 3.0) -> dict:
     return out
 
 
-# ------------------------------------------------------------------ planted synchrony
 def synchrony_raster(
     fano: float,
     rate_hz: float = 35.0,
@@ -302,12 +284,10 @@ def synchrony_raster(
     dt: float = DT,
     seed: int = 0,
 ) -> np.ndarray:
-    """A ``[T, neurons]`` raster whose population count in ``bin_ms`` bins has the Fano
-    factor ``fano`` on average: every neuron fires Poisson at ``rate_hz`` times a gain
-    shared by all, drawn per bin from a gamma distribution of mean 1 and variance
-    ``(fano - 1) / mu`` (mu: the mean count per bin).  The shared gain is synchrony:
-    pairwise count covariances scale with its variance, so ``fano - 1`` measures it.
-    Used to plant a tenfold change in synchrony."""
+    """A ``[T, neurons]`` raster whose population count in ``bin_ms`` bins has Fano
+    factor ``fano`` on average: Poisson neurons at ``rate_hz`` times a gain shared by
+    all, drawn per bin from a gamma of mean 1 and variance ``(fano - 1) / mu`` (mu: mean
+    count per bin).  The shared gain is planted synchrony; ``fano - 1`` measures it."""
     rng = np.random.default_rng(seed)
     per_bin = int(round(bin_ms / dt))
     bins = int(round(ms / bin_ms))
@@ -322,7 +302,6 @@ def synchrony_raster(
     return raster
 
 
-# ------------------------------------------------------------------ data files
 _NEED = {
     FORMS_SCHEMA: ("protocol", "forms", "seeds", "runs"),
     DT_SCHEMA: ("protocol", "runs"),
@@ -372,8 +351,9 @@ def validate(data: dict) -> dict:
 
 
 def load(name: str, root=None) -> dict:
-    """A regime data file of ``book/data`` by name (e.g. ``"coba_forms.json"``),
-    validated; looks in ``data/`` and ``book/data/`` from the working directory."""
+    """A regime data file by name (e.g. ``"coba_forms.json"``), validated: from ``root``
+    (default: ``data/``, ``book/data/`` of the working directory), else the repository's
+    ``book/data``; ``FileNotFoundError`` if none."""
     candidates = (
         [Path(root) / name]
         if root

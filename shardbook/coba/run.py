@@ -22,11 +22,10 @@ __all__ = [
 class Simulation:
     """Compile the network's time loop once, then run it in chunks.
 
-    ``record`` chooses what comes back from each step: ``"spike"`` (a ``[T, n]`` raster
-    per population, split along neurons like the state), ``"V"`` (membrane potentials,
-    the same), ``"count"`` (spikes per neuron, summed on the device that owns the
-    neuron: no raster kept) and ``"rate"`` (population spike counts per step: a
-    reduction across devices, see chapter 4).
+    ``record``: ``"spike"`` (a ``[T, n]`` raster per population, split like the
+    state), ``"V"`` (the same for potentials), ``"count"`` (spikes per neuron, summed on
+    the owning device: no raster) and ``"rate"`` (population spike counts per step: a
+    reduction across devices).
     """
 
     def __init__(self, net: COBAHH, record=("spike",)):
@@ -42,8 +41,7 @@ class Simulation:
                 self.counts[name] = bm.Variable(
                     zeros(jax.random.PRNGKey(0), pop.num, jnp.dtype(jnp.int32))
                 )
-        # the compiled time loop: loop(step_indices) runs one step per index
-        self.loop = bm.jit(self._loop)
+        self.loop = bm.jit(self._loop)  # loop(indices): one step per index
         self.compiled = {}
         self.compile_s = {}
 
@@ -67,9 +65,8 @@ class Simulation:
         return bm.for_loop(self.step_body, indices)
 
     def totals(self) -> dict:
-        """Spikes so far per population, from the ``"count"`` record: one reduction
-        after the run (a replicated scalar, readable in every process), none per
-        step."""
+        """Spikes so far per population from the ``"count"`` record (else
+        ``ValueError``), reduced once, replicated: readable in every process."""
         if not self.counts:
             raise ValueError("totals() needs record=('count', ...)")
         out = {}
@@ -81,8 +78,7 @@ class Simulation:
         return out
 
     def compile(self, steps: int):
-        """Lower and compile a ``steps``-long chunk (once per length); returns the
-        compiled program."""
+        """The compiled program of a ``steps``-long chunk (compiled once per length)."""
         if steps not in self.compiled:
             t0 = time.perf_counter()
             self.compiled[steps] = self.loop.compile(np.arange(steps))
@@ -90,18 +86,15 @@ class Simulation:
         return self.compiled[steps]
 
     def run(self, steps: int) -> dict:
-        """Advance ``steps`` time steps; returns the recorded arrays (still on the
-        devices)."""
+        """Advance ``steps`` steps; returns the records (still on the devices)."""
         self.compile(steps)
         out = self.loop(np.arange(self.t, self.t + steps))
-        # wait for the whole program: with nothing recorded, only the new state says it
-        # is done
+        # with nothing recorded, only the new state says the program is done
         jax.block_until_ready(
             (out, [pop.V.value for pop in self.net.populations.values()])
         )
         self.t += steps
         after = getattr(self.net, "after_chunk", None)
-        # e.g. the push delivery's overflow check (coba.push.check)
         if after is not None:
             after()
         return out
@@ -122,8 +115,7 @@ def rate_hz(spikes, dt: float = DT) -> float:
 
 
 def cv_isi(spikes, min_spikes: int = 3) -> float:
-    """Mean coefficient of variation of inter-spike intervals over neurons with enough
-    spikes."""
+    """Mean ISI coefficient of variation over neurons with ``min_spikes`` or more."""
     return float(np.mean(cvs)) if (cvs := _cvs(spikes, min_spikes)) else float("nan")
 
 
@@ -161,11 +153,8 @@ def population_rate(spikes, bin_ms: float = 1.0, dt: float = DT) -> np.ndarray:
 
 
 def fano_factor(spikes, bin_ms: float = 5.0, dt: float = DT) -> float:
-    """Variance over mean of the population's spike count in bins of ``bin_ms``.
-
-    Independent Poisson neurons give 1 whatever their number; synchronous volleys give
-    far more (each volley adds the square of its size to the variance).
-    """
+    """Variance over mean of the population's spike count in bins of ``bin_ms``: 1 for
+    independent Poisson neurons, far more with synchronous volleys."""
     s = np.asarray(spikes)
     per_bin = max(1, int(round(bin_ms / dt)))
     t = s.shape[0] // per_bin * per_bin

@@ -1,32 +1,14 @@
 """A time model of one network step that counts what the compiled program does.
 
-Per step and device, five kinds of cost, each kept with the way it scales:
-
-==========================  =====================================  ==================
-term                        counted from                           with n devices
-==========================  =====================================  ==================
-memory, split               XLA's bytes accessed (CPU compiles at  shrinks: a / n
-                            n = 1, 2, 4, ...: the fit a / n + b)
-memory, on every device     the same fit's b                       does not shrink
-exchange over the link      the all-gathers' result bytes (HLO)    does not shrink
-collective latency          collectives per step (HLO) x NCCL's    grows with n
-                            ring latency model
-kernel launches             launches per step (GPU-target HLO;     does not shrink
-                            runs of >= 5 fusions are one CUDA
-                            graph, XLA's default command buffers)
-host round-trips            loops whose trip count XLA does not    does not shrink
-                            know (HLO ``known_trip_count``)
-==========================  =====================================  ==================
-
-Only the first term is divided by ``n``.  :func:`check_bytes` compares a model's
-bytes per device with the compiled programs' and fails when a term that does not
-shrink is divided by ``n`` (``tests/test_coba_timemodel.py`` plants that division).
-
-The hardware figures (:data:`HARDWARE`, each with its source in :data:`SOURCES`) are
-for H200 GPUs, 8 per node on NVLink, nodes on InfiniBand.  The byte counts are XLA:CPU's
-``cost_analysis()`` of the same program (a GPU-target compile reports no costs without a
-GPU): XLA:GPU fuses differently, so read the memory terms as the program's logical
-traffic, not a measured GPU figure.
+Six terms per step and device on n devices: memory, split (XLA's bytes accessed, fitted
+as a / n + b over CPU compiles: the only term that shrinks); memory on every device
+(b); exchange over the link (the all-gathers' result bytes); collective latency
+(collectives x NCCL's ring model: grows with n); kernel launches (from GPU-target HLO;
+a run of >= 5 fusions is one CUDA graph); host round-trips (loops of unknown trip
+count).  :func:`check_bytes` fails a model that divides a non-shrinking term by ``n``
+(``tests/test_coba_timemodel.py`` plants one).  :data:`HARDWARE` (sources in
+:data:`SOURCES`) is H200s, 8 per NVLink node, nodes on InfiniBand.  Byte counts are
+XLA:CPU's ``cost_analysis()``: logical traffic, not a measured GPU figure.
 """
 from __future__ import annotations
 
@@ -49,9 +31,8 @@ DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 class Census:
     """What one delivery's compiled step does, per device and step, at ``neurons``.
 
-    ``split_bytes`` / ``fixed_bytes``: the fit ``bytes(n) = split / n + fixed`` of the
-    per-device bytes accessed; ``exchange_bytes``: result bytes of the step's
-    all-gathers (what every device ends up holding); ``collectives``, ``kernels``,
+    Bytes accessed on ``n`` devices fit ``split_bytes / n + fixed_bytes``;
+    ``exchange_bytes``: the all-gathers' result bytes; ``collectives``, ``kernels``,
     ``host_syncs``: per step.  All bytes scale linearly with the neuron count.
     """
 
@@ -84,22 +65,17 @@ class Term:
 
 
 def fit_bytes(counts, measured) -> tuple[float, float]:
-    """Least-squares ``(split, fixed)`` with ``measured[i] ~ split / counts[i] +
-    fixed``."""
+    """Least-squares ``(split, fixed)``: ``measured[i] ~ split / counts[i] + fixed``."""
     x = np.stack([1 / np.asarray(counts, float), np.ones(len(counts))], axis=1)
     (split, fixed), *_ = np.linalg.lstsq(x, np.asarray(measured, float), rcond=None)
     return float(split), float(fixed)
 
 
 def program_bytes(compiled) -> float:
-    """Bytes one device accesses in one run of a compiled program (XLA's cost analysis;
-    the body of a loop is counted once, that is, per step).  ``compiled`` is a
-    ``jax.stages.Compiled``, or a :class:`shardbook.hlo.Program` that
-    ``shardbook.gputarget`` compiled (it keeps the analysis in
-    ``meta["bytes_accessed"]``).  A program with a custom call is refused (the push
-    delivery's CPU kernels, brainevent's, or a library call):
-    ``HloCostAnalysis::HandleCustomCall`` marks its cost unknown, so its work would
-    count as nothing."""
+    """Bytes one device accesses per run of a compiled program (a loop body counts
+    once), from XLA's cost analysis of a ``jax.stages.Compiled`` or a
+    ``shardbook.gputarget`` :class:`shardbook.hlo.Program`.  ``ValueError`` for a custom
+    call (XLA counts its work as nothing) or no cost analysis."""
     from .. import hlo
 
     prog = compiled if isinstance(compiled, hlo.Program) else \
@@ -132,10 +108,10 @@ _COLLECTIVE = re.compile(r"^(all-gather|all-reduce|reduce-scatter|collective-per
 
 
 def census_counts(text: str) -> dict:
-    """Per step, from an optimized HLO text (read by :class:`shardbook.hlo.Program`):
-    ``kernels`` (top-level instructions of the time loop's body that run as a kernel
-    or a collective), ``launches`` (:func:`_launches`), ``collectives``, and
-    ``host_syncs`` (``while`` loops without a known trip count inside the body)."""
+    """Per-step ``kernels`` (top-level instructions of the time loop's body that run as
+    a kernel or collective), ``launches`` (:func:`_launches`), ``collectives`` and
+    ``host_syncs`` (``while`` loops of unknown trip count in the body) of HLO ``text``.
+    """
     from .. import hlo
 
     prog = hlo.Program(text)
@@ -200,8 +176,7 @@ def dominant(c: Census, n: int, hw: dict = HARDWARE) -> str:
 
 
 def curve(c: Census, counts=DEVICE_COUNTS, hw: dict = HARDWARE) -> dict:
-    """Plot data: per device count, each term's seconds, the total and the dominant
-    term."""
+    """Plot data: per device count, each term's seconds, total and dominant term."""
     rows = []
     for n in counts:
         ts = terms(c, n, hw)
@@ -213,16 +188,15 @@ def curve(c: Census, counts=DEVICE_COUNTS, hw: dict = HARDWARE) -> dict:
 
 
 def predicted_bytes(c: Census, n: int, hw: dict = HARDWARE) -> float:
-    """Bytes per device and step that the memory terms charge (inverted from
-    seconds)."""
+    """Bytes per device and step that the memory terms charge."""
     return sum(t.seconds for t in terms(c, n, hw)
                if t.name.startswith("memory")) * hw["hbm_bytes_per_s"]
 
 
 def check_bytes(c: Census, measured: dict, rtol: float = 0.1,
                 model=predicted_bytes) -> None:
-    """Assert the model's bytes per device against compiled programs' ``{n: bytes}``
-    (same neuron count).  A model that divides a non-shrinking term by ``n`` fails."""
+    """Raise ``AssertionError`` where the model's bytes per device miss the compiled
+    programs' ``{n: bytes}`` (same neuron count) by more than ``rtol``."""
     bad = []
     for n, got in sorted(measured.items()):
         want = model(c, n)
@@ -235,14 +209,9 @@ def check_bytes(c: Census, measured: dict, rtol: float = 0.1,
 
 def measure(conn: str, scale: float = 1, counts=(1, 2, 4), devices=None, steps: int = 4,
             **kwargs) -> tuple[Census, dict]:
-    """Compile the step of ``build(devices[:n], scale=scale, conn=conn, **kwargs)`` for
-    each ``n`` in ``counts`` (no recording), and count what it does.
-
-    Returns the :class:`Census` (bytes fitted over the counts; exchange bytes, kernels,
-    collectives and host round-trips read from the largest count's XLA:CPU program:
-    replace those with a GPU-target compile's :func:`census_counts` where one exists)
-    and the measured ``{n: bytes per device}`` that :func:`check_bytes` compares with.
-    """
+    """``(Census, {n: bytes per device})`` of ``build(devices[:n], scale=scale,
+    conn=conn, **kwargs)``'s step for each ``n`` in ``counts``: bytes fitted over the
+    counts, the rest read from the largest count's XLA:CPU program."""
     import jax
 
     from .network import build
@@ -261,16 +230,10 @@ def measure(conn: str, scale: float = 1, counts=(1, 2, 4), devices=None, steps: 
 
 def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
                **kwargs) -> tuple[Census, dict]:
-    """:func:`measure` at a size too large to build: each program is built small and
-    traced at ``neurons`` (``shardbook.gputarget_steps.coba_hh``, the GPU-target
-    builder), then compiled for the first ``n`` of 8 simulated CPU devices.  Nothing
-    of that size is allocated; ``cost_analysis()`` counts the program at that size.
-
-    The compiles are XLA:CPU jobs of ``shardbook.gputarget`` (``"target": "cpu"``),
-    stored by ``lab/gpu_programs.py`` and read with :func:`shardbook.gputarget.programs`
-    (``meta["stored"]`` names the file); a job not stored, or stale for the code,
-    compiles in its child process.
-    """
+    """:func:`measure` at a size too large to build: programs traced at ``neurons``
+    (``shardbook.gputarget_steps.coba_hh``), compiled for ``n`` of 8 simulated CPU
+    devices by ``shardbook.gputarget`` (stored by ``lab/gpu_programs.py``, else in a
+    child process); nothing that size is allocated."""
     from .. import gputarget
 
     jobs = [dict(builder="shardbook.gputarget_steps:coba_hh", target="cpu", devices=n,

@@ -1,36 +1,18 @@
-"""The recurrent network of the BrainPy sharding discussion, written for BrainPy 2.8.2.
+"""The RNN of the BrainPy sharding discussion, written for BrainPy 2.8.2.
 
-The seed discussion ("multiple GPU devices simulation and training of one dynamic
-system in brainpy") trained a small vanilla RNN,
+    h_t = tanh(x_t @ W_in + h_{t-1} @ W_rec),      y_t = h_t @ W_out
 
-    h_t = tanh(x_t @ W_in + h_{t-1} @ W_rec),      y_t = h_t @ W_out,
+The discussion ("multiple GPU devices simulation and training of one dynamic system in
+brainpy") split it over two GPUs by naming the hidden axis.  Its mistakes are fixed
+here: ``bp.init.variable`` is called with keywords, each device creates only its own
+block of the weights (``bp.init.parameter(..., sharding=...)``), and the state keeps its
+sharding when reset, at the start of every step.
 
-and split it over two GPUs by naming the hidden axis.  This module keeps that model
-and fixes what the discussion got wrong for BrainPy 2.8.2:
-
-* ``bp.init.variable`` takes ``(init, batch_or_mode, sizes)`` while
-  ``bp.init.variable_`` takes ``(init, sizes, batch_or_mode)``.  The discussion's
-  positional call swaps batch and size, so every call here uses keywords.
-* Weights are made with ``bp.init.parameter(..., sharding=[...])``, which runs the
-  initializer under ``jit`` with ``out_shardings``: each device creates only its own
-  block and the full matrix never exists on one device
-  (``brainpy/initialize/generic.py``).
-* ``reset_state`` keeps the state's sharding (``with_sharding_constraint``), and the
-  loss resets the state at the start of every step, so a training step does not
-  depend on the one before.
-
-The axis names (``'batch'``, ``'hidden'``) are resolved when the model is built.
-Inside ``with bm.sharding.device_mesh(devices, names):`` a name that is in the mesh
-splits that dimension; a name that is not resolves to ``None`` (replicated); with no
-mesh at all nothing is sharded.  So one class serves one device, a ``'hidden'`` mesh
-(model parallelism, chapter 3), a ``'batch'`` mesh (data parallelism, chapter 2) and a
-``('batch', 'hidden')`` mesh (both).
-
-The same mathematics as pure JAX functions of the weights is :mod:`shardbook.rnn.pure`;
-the tests check that both give the same training.
-
-Import this module only after :func:`shardbook.setup_devices`, because it imports
-BrainPy, and importing BrainPy starts JAX.
+Axis names (``'batch'``, ``'hidden'``) are resolved when the model is built inside
+``bm.sharding.device_mesh(devices, names)``: a name in the mesh splits that dimension,
+any other is replicated.  So one class serves one device, a ``'hidden'`` mesh, a
+``'batch'`` mesh and both.  Import only after :func:`shardbook.setup_devices`
+(importing BrainPy starts JAX).
 """
 from __future__ import annotations
 
@@ -55,35 +37,21 @@ __all__ = [
     "train",
 ]
 
-# BrainPy warns when *none* of an array's axis names is in the mesh.  For the weights
-# on a batch-only mesh that is exactly what we want (data parallelism replicates the
-# weights), so the RNN silences this one message while it builds its weights.
+# BrainPy warns when *none* of an array's axis names is in the mesh: intended for the
+# weights on a batch-only mesh (data parallelism replicates them), so RNN silences it.
 _ALL_NAMES_MISSING = r"None of the requested axis names"
 
 
 class RNN(bp.DynamicalSystem):
     """A vanilla RNN whose hidden dimension can be split across devices.
 
-    Parameters
-    ----------
-    num_in, num_hid, num_out : int
-        Input, hidden and output sizes.  To shard, ``num_hid`` must divide by the
-        size of the mesh's ``'hidden'`` axis (840 = lcm(1..8) divides by any count).
-    batch_size : int
-        Batch size of the hidden state (it must divide by the ``'batch'`` axis).
-    mode : brainpy.math.Mode, optional
-        Defaults to ``bm.training_mode``, which ``bp.DSTrainer`` requires.
-    annotate : {"all", "state", "none"}
-        Which arrays carry axis names:
-
-        * ``"all"``: the state ``('batch', 'hidden')``, ``W_in`` and ``W_rec``
-          ``(None, 'hidden')`` (split by columns), ``W_out`` ``('hidden', None)``.
-        * ``"state"``: only the state, as the discussion's user found "enough".
-        * ``"none"``: nothing; the model lives on one device.
-    seed : int
-        Seed of the weight initializers; the same seed gives the same weights on any
-        mesh (JAX's random bits do not depend on how the output is sharded).
-    """
+    ``num_hid`` must divide by the mesh's ``'hidden'`` axis, ``batch_size`` (the
+    state's) by its ``'batch'`` axis.  ``mode`` defaults to ``bm.training_mode``, which
+    ``bp.DSTrainer`` requires.  ``annotate`` says which arrays carry axis names (else
+    ``ValueError``): ``"all"``: the state ``('batch', 'hidden')``, ``W_in`` and
+    ``W_rec`` ``(None, 'hidden')``, ``W_out`` ``('hidden', None)``; ``"state"``: only
+    the state (the discussion's "enough"); ``"none"``: nothing.  The same ``seed``
+    gives the same weights on any mesh."""
 
     def __init__(self, num_in: int, num_hid: int, num_out: int, batch_size: int, *,
                  mode=None, annotate: str = "all", seed: int = 0):
@@ -107,7 +75,7 @@ class RNN(bp.DynamicalSystem):
             batch_axis_name="batch" if named else None,
         )
         # endregion
-        # remembered so that reset_state() can put new zeros where the old ones were
+        # so that reset_state() puts new zeros where the old ones were
         sharding = self.state.value.sharding
         self._state_sharding = sharding if isinstance(sharding, NamedSharding) else None
 
@@ -155,10 +123,9 @@ class RNN(bp.DynamicalSystem):
     def use_mesh(self, mesh) -> None:
         """Reset the state onto ``mesh`` from now on, with the same ``PartitionSpec``.
 
-        For compiling the model's step for another mesh of the same shape and axis
-        names (a GPU target, ``shardbook.gputarget``): ``reset_state`` runs inside
-        the traced step, and its layout must name the mesh being compiled for.
-        """
+        For compiling the step for another mesh (``shardbook.gputarget``):
+        ``reset_state`` runs inside the traced step and must name that mesh.  Raises
+        ``ValueError`` if ``mesh`` lacks one of the state's axis names."""
         if self._state_sharding is None:
             return
         missing = set(self._state_sharding.mesh.axis_names) - set(mesh.axis_names)
@@ -178,13 +145,10 @@ class RNN(bp.DynamicalSystem):
 def make_task(batch: int, time: int, num_in: int, num_out: int, seed: int = 0):
     """A small, learnable sequence task: track leaky integrals of sine-wave inputs.
 
-    Every sample gets ``num_in`` sine waves with random frequencies and phases.  Each
-    output channel is a leaky integral (time constant 10 steps) of a fixed random mix
-    of the inputs, scaled to unit size, so an RNN must remember the recent past.
-
-    Returns ``xs`` (batch, time, num_in) and ``ys`` (batch, time, num_out), float32
-    numpy arrays, the same for the same arguments on any machine.
-    """
+    Each sample gets ``num_in`` sine waves of random frequency and phase; each output
+    is a leaky integral (time constant 10 steps) of a fixed random mix of them, scaled
+    to unit size.  Returns ``xs`` (batch, time, num_in) and ``ys`` (batch, time,
+    num_out), float32 numpy arrays, the same for the same arguments on any machine."""
     rng = np.random.default_rng(seed)
     t = np.arange(time, dtype=np.float64)
     freq = rng.uniform(0.02, 0.1, size=(batch, 1, num_in))
@@ -202,10 +166,8 @@ def make_task(batch: int, time: int, num_in: int, num_out: int, seed: int = 0):
 
 
 def make_loss_fn(model: RNN):
-    """``loss(xs, ys)``: mean squared error of the model run over the whole sequence.
-
-    ``bp.DSTrainer.predict`` runs a ``for_loop`` over time after resetting the state.
-    """
+    """``loss(xs, ys)``: mean squared error of the model run over the whole sequence
+    (``bp.DSTrainer.predict``, state reset first)."""
     # region: rnn.loss
     def loss_fn(xs, ys):
         runner = bp.DSTrainer(model, progress_bar=False, numpy_mon_after_run=False)
@@ -219,11 +181,8 @@ def make_loss_fn(model: RNN):
 def make_grad_fn(model: RNN):
     """``grads(xs, ys) -> ({'win': ..., 'wrec': ..., 'wout': ...}, loss)``, jitted.
 
-    The gradient of the training loss with no update.  Equivalence checks compare
-    gradients, not only the weights after Adam: Adam's first step is about
-    ``lr * sign(g)``, so a gradient off by a constant factor (a missing or doubled
-    ``psum``) moves the weights just as the right gradient would.
-    """
+    The gradient with no update: Adam's first step is about ``lr * sign(g)``, blind to
+    a gradient off by a constant factor (a missing or doubled ``psum``)."""
     # region: rnn.grad
     weights = [model.win, model.wrec, model.wout]
     grad_fn = bm.grad(make_loss_fn(model), grad_vars=weights, return_value=True)
@@ -260,14 +219,9 @@ def settle_layouts(variables, mesh, scalars: bool = True, specs: bool = True):
 def make_train_step(model: RNN, lr: float = 1e-3):
     """One jitted training step ``step(xs, ys) -> loss`` (BPTT with Adam).
 
-    The loss runs the model over the whole sequence with ``bp.DSTrainer.predict``
-    (a ``for_loop`` over time, states reset first), and ``bm.grad`` differentiates it
-    with respect to the model's ``TrainVar``s.  ``bm.jit`` compiles gradient and
-    update into one program; that is where sharding takes effect.
-
-    The step has ``.optimizer`` (the ``bp.optim.Adam``) and, like every ``bm.jit``
-    function, ``.lower(xs, ys)`` for reading the compiled program.
-    """
+    ``bm.grad`` of :func:`make_loss_fn` over the model's ``TrainVar``s and the update
+    compile into one ``bm.jit`` program, where sharding takes effect.  The step has
+    ``.optimizer`` (the ``bp.optim.Adam``), ``.loss_fn`` and ``.lower(xs, ys)``."""
     # region: rnn.step
     # region: rnn.step.grad
     train_vars = model.train_vars().unique()

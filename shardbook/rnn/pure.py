@@ -1,30 +1,15 @@
 """The RNN as pure JAX functions of its weights: one loss, one Adam, every split.
 
-The weights are a dict ``{'win': (I, H), 'wrec': (H, H), 'wout': (H, O)}`` (the same
-mathematics, initial weights and loss as :class:`shardbook.rnn.model.RNN` and its
-``make_train_step``; ``tests/test_train_memory.py`` checks that both train alike).
-Written as pure functions, a step can donate its inputs (``jax.jit(...,
-donate_argnums=...)``), and the hidden split can be written by hand.
+The weights are a dict ``{'win': (I, H), 'wrec': (H, H), 'wout': (H, O)}``, the model
+and loss of :class:`shardbook.rnn.model.RNN` (``tests/test_train_memory.py`` checks
+that both train alike).  As pure functions, a step can donate its inputs and the hidden
+split can be written by hand.
 
-Everything is built on :func:`loss`, written once, whose options are the variants of
-the book:
-
-* ``recurrence``: how a step computes ``h_{t-1} @ W_rec``.  :data:`WHOLE` on one
-  device or under sharding propagation; :class:`HiddenSplit` inside ``jax.shard_map``
-  (each device holds one block of hidden units and all-gathers ``h_{t-1}``);
-  :class:`CollectiveMatmul` (the all-gather replaced by ``ppermute`` steps that
-  overlap a K-chunked product).
-* ``remat``/``policy``: rematerialise the scan body (``jax.checkpoint``): the
-  backward pass recomputes each step instead of keeping its activations.
-* ``dtype``: mixed precision.  ``jnp.bfloat16`` casts weights and inputs to bf16 for
-  the forward pass; the weights stay float32 (the master copy), so gradients and
-  Adam are float32.
-
-and of :func:`value_and_grad`, whose ``micro_batches`` accumulates gradients over
-micro-batches of the same optimizer batch.  :func:`adam_update` is the one Adam
-update (BrainPy's ``bp.optim.Adam``: learning rate scaled by
-``sqrt(1 - beta2^t) / (1 - beta1^t)``); :func:`functional_step`,
-:func:`fsdp_train_step` and the tests use it.
+:func:`loss` is written once; its options are the book's variants: ``recurrence``
+(:data:`WHOLE`, :class:`HiddenSplit`, :class:`CollectiveMatmul`), ``remat``/``policy``
+(``jax.checkpoint`` on the scan body) and ``dtype`` (``jnp.bfloat16``: the forward pass
+in bf16; weights, gradients and Adam stay float32).  :func:`value_and_grad` adds
+``micro_batches``; :func:`adam_update` is BrainPy's ``bp.optim.Adam``.
 
 Import this module only after :func:`shardbook.setup_devices`.
 """
@@ -229,8 +214,8 @@ def value_and_grad(params, xs, ys, *, micro_batches: int = 1, loss_fn=loss,
 
 
 def grad_fn(**options):
-    """``grads(params, xs, ys) -> (grads, loss)``, jitted, for any option of
-    :func:`loss` and :func:`value_and_grad` (``micro_batches``, ``remat``, ...)."""
+    """``grads(params, xs, ys) -> (grads, loss)``, jitted; ``options`` as
+    :func:`value_and_grad` and :func:`loss` take them."""
     def grads(params, xs, ys):
         value, g = value_and_grad(params, xs, ys, **options)
         return g, value
@@ -263,11 +248,8 @@ def functional_step(lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,
                     eps: float = 1e-8, donate: bool = False, **options):
     """``step(params, opt, xs, ys) -> (params, opt, loss)`` under ``jax.jit``.
 
-    ``donate=True`` hands the old weights and moments to the new ones
-    (``donate_argnums=(0, 1)``); after a donated call the old arrays are deleted.
-    ``options`` are those of :func:`value_and_grad` and :func:`loss`:
-    ``micro_batches``, ``remat``, ``policy``, ``dtype``.
-    """
+    ``donate=True`` donates the old weights and moments (deleted after the call).
+    ``options`` go to :func:`value_and_grad` and :func:`loss`."""
     def step(params, opt, xs, ys):
         value, g = value_and_grad(params, xs, ys, **options)
         new, opt = adam_update(params, opt, g, lr=lr, beta1=beta1, beta2=beta2, eps=eps)
@@ -294,12 +276,9 @@ def fsdp_loss(params, xs, ys, *, replicated, **options):
 def fsdp_grad_fn(mesh, axis: str = "batch", **options):
     """``grads(params, xs, ys) -> (grads, loss)`` jitted for FSDP on ``mesh``.
 
-    FSDP (fully sharded data parallelism; ZeRO stage 3, Rajbhandari et al., 2020,
-    arXiv:1910.02054): the batch is split as in data parallelism, and the weights
-    are *stored* split over the same ``axis``, laid out as :func:`fsdp_specs`, and
-    so are the returned gradients (a reduce-scatter; XLA:CPU writes it as an
-    all-reduce followed by a slice).
-    """
+    FSDP (ZeRO stage 3, arXiv:1910.02054): the batch is split over ``axis``, and the
+    weights and returned gradients are stored split over it too, as :func:`fsdp_specs`
+    (the gradients by a reduce-scatter; XLA:CPU writes all-reduce then slice)."""
     ps = {k: NamedSharding(mesh, s) for k, s in fsdp_specs(axis).items()}
     data, rep = NamedSharding(mesh, P(axis)), NamedSharding(mesh, P())
 
@@ -317,8 +296,7 @@ def fsdp_train_step(mesh, axis: str = "batch", lr: float = 1e-3, beta1: float = 
     """One FSDP Adam step ``step(params, opt, xs, ys) -> (params, opt, loss)``.
 
     Weights, gradients and both moments stay split over ``axis``; only the forward
-    and backward passes see whole weights, as temporaries.
-    """
+    and backward passes see whole weights, as temporaries."""
     ps = {k: NamedSharding(mesh, s) for k, s in fsdp_specs(axis).items()}
     data, rep = NamedSharding(mesh, P(axis)), NamedSharding(mesh, P())
     opt_s = {"m": ps, "v": ps, "t": rep}
@@ -366,7 +344,7 @@ def explicit_hidden_loss(mesh, axis: str = "hidden", *, gather: bool = True,
 
 def explicit_grad_fn(mesh, axis: str = "hidden", **options):
     """``grads(params, xs, ys) -> (grads, loss)`` of :func:`explicit_hidden_loss`,
-    jitted; ``options`` as there (``gather``, ``overlap``, ``reverse``, ...)."""
+    jitted; ``options`` as there."""
     loss_fn = explicit_hidden_loss(mesh, axis, **options)
 
     def grads(params, xs, ys):
