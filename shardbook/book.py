@@ -20,6 +20,8 @@ device-setup cell can import it before the backend starts.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import __version__  # noqa: F401  (book.__version__: the package's version)
 from .config import CHAPTERS, Config, config
 from .devices import (
@@ -34,6 +36,14 @@ from .devices import (
 from .regions import RegionError, region, regions, show
 
 devices = lesson_devices   # the devices the lessons run on
+
+
+def data_dir() -> Path:
+    """The measured data the pages read: ``book/data`` of this checkout, else the copy
+    that a hosted notebook's wheel carries (``shardbook/_data``, pyproject.toml)."""
+    package = Path(__file__).resolve().parent
+    checkout = package.parent / "book" / "data"
+    return checkout if checkout.is_dir() else package / "_data"
 
 # The helper modules a page may import (``from shardbook import NAME``), each with
 # what it is for.  Listed, not loaded: they start JAX and BrainPy when imported.
@@ -61,6 +71,7 @@ MODULES = {
 
 __all__ = [
     "CHAPTERS", "Config", "DeviceInfo", "DeviceSetupError", "MODULES", "RegionError",
-    "config", "devices", "divisible_size", "mesh_shape_2d", "region", "regions",
+    "config", "data_dir", "devices", "divisible_size", "mesh_shape_2d", "region",
+    "regions",
     "setup_devices", "show", "speed_devices",
 ]

@@ -19,6 +19,8 @@ import json
 import re
 from pathlib import Path
 
+from .book import data_dir
+
 __all__ = ["SCHEMA", "PREDICTION_SCHEMA", "DATA_DIR", "GpuDataError", "device_slug",
            "path_for", "load", "load_prediction", "note", "gpu_data", "gpu_note",
            "compile_lines", "coba_rows", "coba_lines", "record_lines", "mismatch_text",
@@ -26,7 +28,7 @@ __all__ = ["SCHEMA", "PREDICTION_SCHEMA", "DATA_DIR", "GpuDataError", "device_sl
 
 SCHEMA = "shardbook.gpu-check/1"
 PREDICTION_SCHEMA = "shardbook.gpu-target-prediction/1"
-DATA_DIR = Path(__file__).resolve().parent.parent / "book" / "data"
+DATA_DIR = data_dir()
 NO_DATA = "no real-GPU measurement exists yet: run lab/gpu_check on a GPU"
 
 class GpuDataError(ValueError):

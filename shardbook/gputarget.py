@@ -35,6 +35,7 @@ import warnings
 from pathlib import Path
 
 from . import child
+from .book import data_dir
 
 __all__ = [
     "PINS", "REFRESH", "STORE_DIR", "TARGETS", "GpuTargetError", "Pending", "Target",
@@ -355,7 +356,7 @@ class Pending:
 # shows a dozen of them.  So pages read the programs that ``lab/gpu_programs.py``
 # compiled into STORE_DIR, one file per job.  That script also records what each was
 # made from, and ``tests/test_gputarget.py`` fails when one is stale.
-STORE_DIR = Path(__file__).resolve().parent.parent / "book" / "data" / "gpu_programs"
+STORE_DIR = data_dir() / "gpu_programs"
 REFRESH = "python lab/gpu_programs.py"   # the command that compiles and stores
 
 

@@ -44,7 +44,7 @@ def test_the_rule_catches_a_planted_long_function():
 # shardbook/'s lines of code (docstrings, comments and blank lines not counted), at
 # most.  A ratchet: lower it when code leaves; raise it only with the reason in the
 # commit message.
-CODE_LINES = 6305
+CODE_LINES = 6308
 
 
 def code_lines(text: str) -> int:

@@ -116,6 +116,7 @@ def _wheel(tmp_path) -> Path:
         src / "shardbook",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
+    shutil.copytree(ROOT / "book" / "data", src / "book" / "data")
     shutil.copy(ROOT / "pyproject.toml", src)
     out = tmp_path / "dist"
     subprocess.run(
@@ -190,8 +191,11 @@ def test_hosted_cell_installs_the_books_tagged_version_from_a_local_wheel(tmp_pa
         [
             str(python),
             "-c",
-            "import importlib.metadata as m, shardbook, shardbook.book;"
-            "print(shardbook.__version__, m.version('shardbook'), shardbook.__file__)",
+            "import importlib.metadata as m, shardbook, shardbook.book as b, "
+            "shardbook.gpudata as g; d = b.data_dir(); "
+            "print(shardbook.__version__, m.version('shardbook'), shardbook.__file__, "
+            "d, len(list((d / 'gpu_programs').glob('*.json.gz'))), "
+            "g.load('h200')['provenance']['device_kind'].replace(' ', '_'))",
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -200,9 +204,14 @@ def test_hosted_cell_installs_the_books_tagged_version_from_a_local_wheel(tmp_pa
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
-    version, installed, where = probe.stdout.split()
+    version, installed, where, data, programs, gpu = probe.stdout.split()
     assert version == installed == VERSION
     assert Path(where).is_relative_to(venv), "imported the checkout, not the wheel"
+    # the pages' measured data came with it (a hosted runtime has no book/data)
+    stored = ROOT / "book" / "data" / "gpu_programs"
+    assert Path(data).is_relative_to(venv) and Path(data).name == "_data", data
+    assert int(programs) == len(list(stored.glob("*.json.gz"))) > 0
+    assert gpu == "NVIDIA_H200"
 
 
 RECIPES = [ROOT / "recipes" / "run_coba.py", ROOT / "recipes" / "train_rnn.py"]

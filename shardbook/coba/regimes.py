@@ -351,16 +351,12 @@ def validate(data: dict) -> dict:
 
 
 def load(name: str, root=None) -> dict:
-    """A regime data file by name (e.g. ``"coba_forms.json"``), validated: from ``root``
-    (default: ``data/``, ``book/data/`` of the working directory), else the repository's
-    ``book/data``; ``FileNotFoundError`` if none."""
-    candidates = (
-        [Path(root) / name]
-        if root
-        else [Path("data") / name, Path("book") / "data" / name]
-    )
-    here = Path(__file__).resolve().parents[2] / "book" / "data" / name
-    for p in [*candidates, here]:
-        if p.exists():
-            return validate(json.loads(p.read_text()))
-    raise FileNotFoundError(f"{name} not found in {', '.join(map(str, candidates))}")
+    """A regime data file by name (e.g. ``"coba_forms.json"``), validated, from
+    ``root`` (default :func:`shardbook.book.data_dir`); ``FileNotFoundError`` if
+    absent."""
+    from ..book import data_dir
+
+    path = Path(root if root is not None else data_dir()) / name
+    if not path.exists():
+        raise FileNotFoundError(f"{name} not found in {path.parent}")
+    return validate(json.loads(path.read_text()))
