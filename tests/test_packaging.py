@@ -1,42 +1,54 @@
 """The hosted install (Colab, Kaggle: pip install "shardbook[hosted] @ git+...") is a
-plain, non-editable wheel.  It must carry every module and data file the notebooks
-import, including subpackages such as shardbook.coba and the GPU device specs, and the
-measured data the pages read (book/data, as shardbook/_data: ``book.data_dir``)."""
+plain, non-editable wheel, built from a clean checkout.  It must carry exactly the
+tracked modules and data files of shardbook/, including subpackages such as
+shardbook.coba and the GPU device specs, and the measured data the pages read
+(book/data, as shardbook/_data: ``shardbook.data_dir``)."""
 
+import io
 import subprocess
 import sys
+import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
+
+from setuptools import find_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_wheel_carries_every_module_and_data_file(tmp_path):
+def _tracked(*paths: str) -> list[str]:
+    done = subprocess.run(["git", "ls-files", *paths], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    return done.stdout.split()
+
+
+def test_the_wheel_carries_exactly_the_tracked_package_and_data(tmp_path):
+    # a copy of what git tracks (as pip's clone of the tag): no build/ left over here
+    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    src = tmp_path / "src"
+    tarfile.open(fileobj=io.BytesIO(archive)).extractall(src, filter="data")
+    for rel in _tracked("shardbook", "book/data", "pyproject.toml"):   # this tree's
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes((ROOT / rel).read_bytes())
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ],
-        check=True,
-        capture_output=True,
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "-q", "-w", str(tmp_path / "dist"), str(src)],
+        check=True, capture_output=True,
     )
-    (wheel,) = tmp_path.glob("shardbook-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    want = {
-        p.relative_to(ROOT).as_posix()
-        for p in (ROOT / "shardbook").rglob("*")
-        if p.suffix in (".py", ".txtpb") and "__pycache__" not in p.parts
-    }
-    data = ROOT / "book" / "data"
-    want |= {f"shardbook/_data/{p.relative_to(data).as_posix()}"
-             for p in data.rglob("*") if p.is_file()}
-    missing = sorted(want - names)
-    assert not missing, f"not in the wheel a hosted notebook installs: {missing}"
+    (wheel,) = (tmp_path / "dist").glob("shardbook-*.whl")
+    names = {n for n in zipfile.ZipFile(wheel).namelist() if ".dist-info/" not in n}
+    want = set(_tracked("shardbook"))
+    want |= {"shardbook/_data/" + p.removeprefix("book/data/")
+             for p in _tracked("book/data")}
+    assert not want - names, f"not in the wheel: {sorted(want - names)}"
+    assert not names - want, f"in the wheel, not tracked: {sorted(names - want)}"
+
+
+def test_every_subpackage_is_listed():
+    """pyproject.toml names its packages one by one (for the data's mapping): a new
+    subpackage must be added there, or the hosted wheel lacks it."""
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = find_packages(str(ROOT), include=["shardbook*"])
+    assert sorted(listed["packages"]) == sorted([*found, "shardbook._data"])
