@@ -158,8 +158,9 @@ def explore(shape: Sequence[int], mesh: Mapping[str, int], spec: Any = (),
             dtype: str = "float32", devices: Sequence | None = None) -> str:
     """The explorer's text for one choice: the checked shard table, or what went wrong.
 
-    ``mesh``: axis name -> size, in order, over the first devices; ``spec``: a
-    ``PartitionSpec`` or its entries (a name, a tuple of names, or None per dimension).
+    ``mesh``: axis name -> size, in order, over the first devices (their product at
+    most the device count); ``spec``: a ``PartitionSpec`` or its entries (a name, a
+    tuple of names, or None per dimension).
     """
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 

@@ -109,7 +109,8 @@ def close(check: str, actual: Any, desired: Any, *, rtol: float, atol: float,
 
     ``check`` names the claim (unique in the book, e.g. ``"ch2.rnn.grads"``); ``what``
     says what is compared (``"8 devices vs 1 device"``).  NaN or inf anywhere fails.
-    Raises ``ValueError`` unless one tolerance is positive and neither is negative."""
+    Returns the :class:`Gap`; print it for the verdict.  ``ValueError`` unless one
+    tolerance is positive and neither is negative, or for a malformed ``check`` name."""
     if rtol < 0 or atol < 0 or (rtol == 0 and atol == 0):
         raise ValueError(
             "give a positive rtol or atol (use identical() for bit-equality)"

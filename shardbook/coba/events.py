@@ -130,7 +130,8 @@ class EventCSR(bp.dnn.Layer):
     ``sources``: the ``[k, n_post]`` index matrix split along post (each device builds
     its CSR from its columns), or ``None`` with ``rows=(n_post, k, key)``
     (:func:`random_rows`).  ``mesh``: the 1-D ``neuron`` mesh, or ``None``.
-    ``ValueError`` if ``n_post`` does not split over the mesh.
+    ``ValueError`` if ``n_post`` does not split over the mesh; ``RuntimeError`` if a
+    block's random rows draw more synapses than their capacity (:func:`rows_capacity`).
     """
 
     def __init__(self, sources, n_pre, weight, mesh=None, chunk_fraction=CHUNK_FRACTION,

@@ -54,8 +54,9 @@ def conn_bytes_total(n_exc: int, n_inh: int, kind: str = "index") -> int:
 def event_bytes(n_exc: int, n_inh: int, devices: int, graph: str = "fixed",
                 k=(K_EXC, K_INH)) -> dict:
     """Bytes of :class:`EventCSR` connectivity per device: ``indices`` (an int32 per
-    local synapse: shrinks) and ``indptr`` (n_pre + 1 int32 per projection on *every*
-    device: does not).  ``graph``: ``"fixed"`` or ``"rows"``, else ``ValueError``."""
+    local synapse, or per slot of the padded :func:`rows_capacity` for ``"rows"``:
+    shrinks) and ``indptr`` (n_pre + 1 int32 per projection on *every* device: does
+    not).  ``graph``: ``"fixed"`` or ``"rows"``, else ``ValueError``."""
     k_exc, k_inh = k
     plan = ((k_exc, n_exc, n_exc), (k_exc, n_exc, n_inh), (k_inh, n_inh, n_exc),
             (k_inh, n_inh, n_inh))

@@ -5,7 +5,7 @@ As NEST GPU's spike buffers and GeNN's "push" connectivity do it, with static sh
 1. **compact**: each device puts the indices of its spiking neurons in a buffer of
    capacity ``C`` (:func:`spike_capacity`), padded with a sentinel;
 2. **exchange**: the buffers are all-gathered, ``4 C`` bytes per device instead of a
-   byte per neuron (a tenth of it at the default capacity);
+   byte per neuron (about a tenth of it at the default capacity on large devices);
 3. **push**: each device adds one count per synapse in the gathered ids' rows of its
    CSR (:func:`shardbook.coba.events.local_csr`); no pass over all sources.
 
