@@ -51,6 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "lab"))   # its siblings, when imported
 import coba_cli  # noqa: E402
+import regimes as design  # noqa: E402  (lab/regimes.py)
 from coba_cli import write  # noqa: E402
 from coba_regimes import machine  # noqa: E402
 
@@ -164,7 +165,7 @@ def reference(args, py) -> int:
     from shardbook import coba
     from shardbook.coba import build, regimes
 
-    data = _start(args, regimes.REFERENCE_SCHEMA)
+    data = _start(args, design.REFERENCE_SCHEMA)
     data["simulator"] = dict(
         name="Brian 2",
         model="examples/COBAHH.py (tags 2.9.0, 2.10.1)",
@@ -305,8 +306,7 @@ def timing(args, py) -> int:
     import jax
 
     from shardbook import book, coba
-    from shardbook.coba import regimes
-    data = _start(args, regimes.TIMING_SCHEMA, resume=False)
+    data = _start(args, design.TIMING_SCHEMA, resume=False)
     data["simulator"] = dict(
         name="Brian 2",
         target="cython",  # of the rows named "brian2"; each row names its own
@@ -534,7 +534,7 @@ def _start(args, schema, resume=True) -> dict:
         protocol=regimes.PROTOCOL,
         runs=old.get("runs", []) if old.get("schema") == schema else [],
     )
-    if schema == regimes.TIMING_SCHEMA:
+    if schema == design.TIMING_SCHEMA:
         data.pop("runs")
     return data
 

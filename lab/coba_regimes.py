@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     from shardbook import coba
     from shardbook.coba import regimes
 
-    schema = regimes.FORMS_SCHEMA if args.what == "forms" else regimes.DT_SCHEMA
+    schema = design.FORMS_SCHEMA if args.what == "forms" else design.DT_SCHEMA
     jobs = plan_forms(args, regimes) if args.what == "forms" else plan_dt(args, regimes)
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     runs = old.get("runs", []) if old.get("schema") == schema else []

@@ -16,7 +16,18 @@ Modules:
   multiprocess  the jax.distributed worker and launcher of chapter 5a
   verify    equivalence checks with stated tolerances, and the log of their margins
 """
+from pathlib import Path
+
 from .devices import DeviceSetupError, divisible_size, mesh_shape_2d, setup_devices
 
-__all__ = ["setup_devices", "DeviceSetupError", "divisible_size", "mesh_shape_2d"]
+__all__ = ["setup_devices", "DeviceSetupError", "data_dir", "divisible_size",
+           "mesh_shape_2d"]
 __version__ = "1.1.0"
+
+
+def data_dir() -> Path:
+    """The measured data the pages read: the copy a hosted notebook's wheel carries
+    (``shardbook/_data``, pyproject.toml), else ``book/data`` of this checkout."""
+    package = Path(__file__).resolve().parent
+    wheel = package / "_data"
+    return wheel if wheel.is_dir() else package.parent / "book" / "data"

@@ -20,9 +20,10 @@ device-setup cell can import it before the backend starts.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from . import __version__  # noqa: F401  (book.__version__: the package's version)
+from . import (
+    __version__,  # noqa: F401  (book.__version__: the package's version)
+    data_dir,
+)
 from .config import CHAPTERS, Config, config
 from .devices import (
     DeviceInfo,
@@ -36,14 +37,6 @@ from .devices import (
 from .regions import RegionError, region, regions, show
 
 devices = lesson_devices   # the devices the lessons run on
-
-
-def data_dir() -> Path:
-    """The measured data the pages read: ``book/data`` of this checkout, else the copy
-    that a hosted notebook's wheel carries (``shardbook/_data``, pyproject.toml)."""
-    package = Path(__file__).resolve().parent
-    checkout = package.parent / "book" / "data"
-    return checkout if checkout.is_dir() else package / "_data"
 
 # The helper modules a page may import (``from shardbook import NAME``), each with
 # what it is for.  Listed, not loaded: they start JAX and BrainPy when imported.
@@ -64,7 +57,7 @@ MODULES = {
     "cluster": "cluster failures reproduced on one machine (5c)",
     "private": "every private JAX/brainstate/Orbax touch point",
     "hardware": "cited GPU figures (H200, H100) for the cost models",
-    "gpudata": "the real-GPU data file of lab/gpu_check, validated",
+    "gpudata": "the real-GPU data files of lab/gpu_check, read",
     "traces": "a jax.profiler trace written and read back (ch. 7)",
     "explorer": "the interactive sharding explorer (ch. 1)",
 }

@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-from .book import data_dir
+from . import data_dir
 
 __all__ = ["SCHEMA", "PREDICTION_SCHEMA", "DATA_DIR", "GpuDataError", "device_slug",
            "path_for", "load", "load_prediction", "note", "gpu_data", "gpu_note",
@@ -57,9 +57,9 @@ def load(device: str = "h200", root=None) -> dict | None:
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    if data["dry_run"]:
-        raise GpuDataError(f"{path.name} is a dry run's file (CPU figures); "
-                           "it does not belong in book/data/")
+    if data.get("dry_run") is not False:   # a dry run's file holds CPU figures
+        raise GpuDataError(f"{path.name}: dry_run={data.get('dry_run')!r}, not a real "
+                           "GPU run's file; it does not belong in book/data/")
     return data
 
 

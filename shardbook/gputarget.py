@@ -34,14 +34,13 @@ import traceback
 import warnings
 from pathlib import Path
 
-from . import child
-from .book import data_dir
+from . import child, data_dir
 
 __all__ = [
-    "PINS", "REFRESH", "STORE_DIR", "TARGETS", "GpuTargetError", "Pending", "Target",
-    "compile_here", "compile_jobs", "device_info", "install", "job_key", "normal_job",
-    "programs", "spec_text", "start_jobs", "stored", "target_dir", "wheels_installed",
-    "wheels_stamp",
+    "PINS", "REFRESH", "STORE_DIR", "TARGETS", "GpuTargetError", "NotStoredWarning",
+    "Pending", "Target", "compile_here", "compile_jobs", "device_info", "install",
+    "job_key", "normal_job", "programs", "spec_text", "start_jobs", "stored",
+    "target_dir", "wheels_installed", "wheels_stamp",
 ]
 
 # The wheels, pinned exactly (ci/requirements-gpu-target.txt says the same; tested).
@@ -55,6 +54,11 @@ TARGETS = {"h200": ("h200.txtpb", "NVIDIA H200"),
 _ALIASES = {"h100": "h100_sxm", "h100-sxm": "h100_sxm", "h100 sxm": "h100_sxm"}
 
 
+class NotStoredWarning(UserWarning):
+    """A GPU program the store lacks, compiled here instead (the tests make it an
+    error: pyproject.toml)."""
+
+
 class GpuTargetError(RuntimeError):
     """A GPU-target compile could not run (no wheels, the child failed or timed out)."""
 
@@ -66,6 +70,7 @@ def target_dir() -> Path:
 
 
 def wheels_stamp() -> str:
+    """A digest of ``PINS``: what the wheels folder's stamp file records."""
     return hashlib.sha256("\n".join(PINS).encode()).hexdigest()[:16]
 
 
@@ -329,8 +334,8 @@ class Pending:
         self._results = None
 
     def result(self) -> list[dict]:
-        """One :func:`report` dict per job; raises :class:`GpuTargetError` on any
-        failure."""
+        """One Program JSON (:meth:`shardbook.hlo.Program.to_json`) per job; raises
+        :class:`GpuTargetError` on any failure."""
         if self._results is not None:
             return self._results
         try:
@@ -379,7 +384,8 @@ def job_key(job: dict) -> str:
 
 
 def stored(job: dict, folder=None) -> dict | None:
-    """The stored answer of ``job`` (a child's Program JSON), or None."""
+    """The stored record of ``job``, or None: a child's Program JSON, with ``job``,
+    ``made_from``, ``made_by``, and the file's path in ``meta["stored"]``."""
     f = Path(folder or STORE_DIR) / f"{job_key(job)}.json.gz"
     if not f.exists():
         return None
@@ -409,7 +415,8 @@ def programs(jobs, timeout: float = 900, path=None, folder=None):
     if todo:
         what = ", ".join(jobs[i]["builder"].split(":")[-1] for i in todo)
         warnings.warn(f"{len(todo)} GPU-target program(s) not stored ({what}): "
-                      f"compiling them here; `{REFRESH}` stores them", stacklevel=2)
+                      f"compiling them here; `{REFRESH}` stores them", NotStoredWarning,
+                      stacklevel=2)
         fresh = Pending([jobs[i] for i in todo], timeout, path).result()
         for i, answer in zip(todo, fresh):
             answers[i] = answer

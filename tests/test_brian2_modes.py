@@ -22,8 +22,7 @@ sys.path.insert(0, str(ROOT / "ci"))
 sys.path.insert(0, str(ROOT / "lab"))
 import brian2_coba  # noqa: E402  (numpy only at import)
 import coba_reference  # noqa: E402
-
-from shardbook.coba import regimes as R  # noqa: E402
+import regimes as design  # noqa: E402  (lab/regimes.py)
 
 STORED = ROOT / "book" / "data" / "coba_brian2_timing.json"
 
@@ -115,7 +114,7 @@ def test_a_file_with_the_new_rows_reads_as_before():
         )
     data = dict(data, rows=rows)
     data["summary"] = coba_reference.summarize(data)
-    R.validate(data)
+    design.validate(data)
     summary = data["summary"]
     assert all("vs_brian2" in r and "s_per_sim_s" in r for r in summary)
     # 04a: seconds per simulated second by (size, who)

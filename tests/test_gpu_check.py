@@ -310,7 +310,7 @@ def test_load_and_note(dry, tmp_path):
     )
     # a dry run's file does not belong among the book's data
     (tmp_path / "gpu_h200.json").write_text(json.dumps(dry))
-    with pytest.raises(gpudata.GpuDataError, match="dry run"):
+    with pytest.raises(gpudata.GpuDataError, match="dry_run=True, not a real GPU"):
         gpudata.load("h200", root=tmp_path)
     as_gpu = copy.deepcopy(dry)
     as_gpu.update(dry_run=False)
@@ -345,6 +345,23 @@ def test_the_book_reads_the_data_through_the_doorway():
     data = gpu_data("h200")  # None until a GPU run wrote book/data/gpu_h200.json
     assert data is None or gpu_schema.validate(data)
     assert gpu_note("h200") == gpudata.note(data)
+
+
+def test_every_committed_gpu_file_is_valid():
+    """The pages read these without validating them (gpudata.load): each committed file
+    passes its schema's validator, and a planted fake in one of them fails it."""
+    files = sorted(gpudata.DATA_DIR.rglob("gpu_*.json"))
+    assert {p.name for p in files} >= {"gpu_h200.json", "gpu_target_h200.json"}
+    for path in files:
+        data = json.loads(path.read_text())
+        if data.get("schema") == gpudata.PREDICTION_SCHEMA:
+            gpu_schema.validate_prediction(data)
+        else:
+            gpu_schema.validate(data)
+    earlier = json.loads((gpudata.DATA_DIR / "earlier" / "gpu_h200.json").read_text())
+    earlier["provenance"]["platform"] = "cpu"   # a CPU run that claims a GPU
+    with pytest.raises(gpudata.GpuDataError, match="written on platform 'cpu'"):
+        gpu_schema.validate(earlier)
 
 
 def test_the_prediction_file():

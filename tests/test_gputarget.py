@@ -75,6 +75,14 @@ def test_stored_jobs_need_no_wheels(tmp_path):
         {**job, "target": "h100_sxm", "hosts": 1.0})
 
 
+def test_a_job_the_store_lacks_fails_the_tests(tmp_path):
+    """programs() compiles a job the store lacks, with a NotStoredWarning, which
+    pyproject.toml's filter makes an error here: a test never compiles one quietly."""
+    job = {"builder": B + "tiny_data_parallel", "target": "cpu", "devices": 1}
+    with pytest.raises(gt.NotStoredWarning, match="1 GPU-target program.s. not stored"):
+        gt.programs([job], folder=tmp_path)
+
+
 def test_the_stored_file_records_what_it_was_made_from(tmp_path, monkeypatch):
     """A stored program is stale when its code, versions, flags, wheels or spec
     change, and only then: a docstring or the portability gate's ISA changes nothing."""
@@ -110,27 +118,32 @@ def test_the_stored_file_records_what_it_was_made_from(tmp_path, monkeypatch):
 
 def test_the_digest_is_the_same_on_every_python_found():
     """Python 3.12 and 3.13 dump a syntax tree differently from 3.11: the digest must
-    not change with them (else every stored program reads stale there)."""
+    not change with them (else every stored program reads stale there).  Every other
+    Python found (on PATH, or pyenv's) that starts must give the same digest."""
     import shutil
     import subprocess
     import sys
 
     here = gp.code_digest("shardbook.gputarget_steps")
-    found = {}
-    for name in ("python3.11", "python3.12", "python3.13"):
-        exe = shutil.which(name)
-        if exe is None:
-            continue
+    found = [shutil.which(f"python3.{m}") for m in range(11, 15)]
+    found += sorted(map(str, (Path.home() / ".pyenv" / "versions").glob("3.*/bin/python3")))
+    digests = {}
+    for exe in filter(None, found):
         done = subprocess.run(
-            [exe, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-             "import gpu_programs as g; "
+            [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2]); "
+             "sys.path.insert(0, sys.argv[1]); import gpu_programs as g; "
              "print(g.code_digest('shardbook.gputarget_steps'))", str(ROOT / "lab")],
             capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode == 0:
-            found[name] = done.stdout.strip()
-    if not found:
+        lines = done.stdout.split()
+        if not lines or lines[0] == "%d.%d" % sys.version_info[:2]:
+            continue   # does not start (a pyenv shim of an unselected version), or ours
+        if tuple(map(int, lines[0].split("."))) < (3, 11):
+            continue   # older than the book's Python (pyproject.toml)
+        assert done.returncode == 0, f"{exe}: {done.stderr[-2000:]}"
+        digests[lines[0]] = lines[1]
+    if not digests:
         pytest.skip(f"no other Python found beside {sys.version.split()[0]}")
-    assert set(found.values()) == {here}, found
+    assert set(digests.values()) == {here}, digests
 
 
 def test_the_code_digest_reads_code_not_docstrings():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jax
 import pytest
-from regimes import measure  # lab/regimes.py
+from regimes import measure, validate  # lab/regimes.py
 
 from shardbook.coba import regimes as R, taue, we, wi
 
@@ -32,7 +32,7 @@ def bounds():
     path = DATA / "coba_forms.json"
     if not path.exists():
         pytest.skip("book/data/coba_forms.json has not been made (lab/coba_regimes.py)")
-    data = R.validate(json.loads(path.read_text()))
+    data = validate(json.loads(path.read_text()))
     made = [
         r
         for r in data["runs"]
