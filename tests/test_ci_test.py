@@ -2,7 +2,8 @@
 
 * an unknown option or a bad number is refused before anything runs;
 * a notebook whose outputs differ runs once more, and still fails if it differs again;
-  no notebook runs again when one raises or hangs;
+  no notebook runs again when one raises or hangs; one that passes only on its second
+  run is named at the end;
 * a cell that hangs fails at ``BOOK_TEST_TIMEOUT_S``, and the run goes on;
 * a step that fails before the tests names itself.
 
@@ -69,6 +70,19 @@ def test_differing_outputs_run_once_more_and_a_timeout_or_exception_does_not(pla
     assert "Timeout of 3 seconds exceeded" in run.stdout
     assert "ZeroDivisionError" in run.stdout and "run once more" not in run.stdout
     assert "differs.ipynb::Cell 0" in run.stdout   # the notebooks after the hang ran
+
+
+def test_a_notebook_that_passes_only_on_its_second_run_is_named(planted):
+    """Its stored output varies between runs: the run passes, and says so at the end."""
+    mark = planted / "ran-once"
+    flaky = notebook(planted / "flaky.ipynb", (
+        f"import pathlib; p = pathlib.Path({str(mark)!r})\n"
+        "print(2 if p.exists() else 1); p.touch()", "2\n"))
+    run = _ci_test("--portable", flaky)
+    assert run.returncode == 0, run.stdout + run.stderr
+    said = "passed only when run a second time (a stored output that varies between"
+    assert said in run.stderr and run.stderr.rstrip().endswith(
+        str(Path(flaky).relative_to(ROOT))), run.stderr
 
 
 def test_an_early_failure_names_its_step(tmp_path):
