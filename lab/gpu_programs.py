@@ -76,11 +76,14 @@ def package_imports(name: str, tree) -> set[str]:
 
 
 def code_text(tree) -> str:
-    """The module's code as a dump of its syntax tree: no docstrings, comments or line
-    numbers.  The dump names each node and its non-empty fields (``ast.iter_fields``),
-    so that it reads the same on Python 3.11 to 3.13, whose ``ast.dump`` differ
+    """The module's code as a dump of its syntax tree: no docstrings, comments, line
+    numbers or ``__version__`` (a release names itself; no program reads it).  The dump
+    names each node and its non-empty fields (``ast.iter_fields``), so that it reads
+    the same on Python 3.11 to 3.13, whose ``ast.dump`` differ
     (``tests/test_gputarget.py`` compares the three where they are installed)."""
 
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.Assign) and [
+        ast.unparse(t) for t in n.targets] == ["__version__"])]
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)

@@ -2,8 +2,10 @@
 
 GPU-target programs are read from the store that ``lab/gpu_programs.py`` writes
 (``gputarget.programs``): test modules :func:`register` their jobs when pytest imports
-them, and the first :func:`gpu` call reads all of them; one the store lacks, or holds
-stale, compiles in ONE child process, with a warning.  CPU compiles
+them, and the first :func:`gpu` call reads all of them.  One the store lacks would
+compile in ONE child process with a ``NotStoredWarning``, which pyproject.toml makes an
+error in the tests; a stale one is read as stored, and ``tests/test_gputarget.py``
+names it.  CPU compiles
 (``gputarget.compile_here``) are cached by builder, sizes and device count.
 """
 

@@ -157,6 +157,9 @@ def test_the_code_digest_reads_code_not_docstrings():
     assert gp.code_text(ast.parse("\n\n" + doc)) == code   # docstring, comment, lines
     assert gp.code_text(ast.parse(src.replace("2 * x", "3 * x"))) != code
     assert gp.code_text(ast.parse(src.replace('"""Twice x."""', "y = 1"))) != code
+    # a release raises shardbook.__version__: that is not code a program runs
+    assert gp.code_text(ast.parse(src + '__version__ = "9.9"\n')) == code
+    assert gp.code_text(ast.parse(src + '__versions__ = "9.9"\n')) != code
     found = gp.package_imports("shardbook.gputarget_steps", ast.parse(
         (ROOT / "shardbook" / "gputarget_steps.py").read_text()))
     assert {"shardbook.rnn.model", "shardbook.coba", "shardbook.config"} <= found
