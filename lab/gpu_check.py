@@ -77,6 +77,7 @@ sys.path.insert(0, str(ROOT / "ci"))
 
 import gpu_notebooks  # noqa: E402  (the pages under lax nbval; no JAX either)
 import gpu_schema  # noqa: E402  (lab/gpu_schema.py: the data files' structure)
+import record  # noqa: E402  (ci/record.py: the crossover's lines, as the record's)
 from provenance import (  # noqa: E402  (lab/provenance.py)
     gpu_driver,
     provenance as measured_provenance,  # noqa: E402
@@ -601,7 +602,7 @@ def gather(args) -> dict:
         data["crossover"] = gpu_notebooks.crossover(
             data["timing"]["coba"], earlier,
             str(args.beside.resolve()) if args.beside else None)
-        for line in gpu_notebooks.crossover_lines(data["crossover"]):
+        for line in record.crossover_lines(data["crossover"]):
             print(f"[crossover] {line}", flush=True)
     # the pages, each under lax nbval with its own timeout, while the budget lasts
     if "notebooks" in wanted:

@@ -39,14 +39,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ci"))
 import notebooks as nbs  # noqa: E402  (ci/notebooks.py)
-
-# the readers of the GPU data files, shared with the record page
-from record import DATA_DIR, MODE, crossover_lines, data_files, executed_pages  # noqa: E402, F401  (ci/record.py)
+from prose import PATH_PAGES as PRIORITY  # noqa: E402  (ci/prose.py: the reader's path)
+from record import MODE  # noqa: E402  (ci/record.py: the record's mode of a GPU run)
 
 ROOT = nbs.ROOT
-PRIORITY = ("book/00-quick-start.ipynb", "book/01-devices-and-shards.ipynb",
-            "book/02-data-parallelism.ipynb", "book/03a-hidden-split.ipynb",
-            "book/04a-same-network.ipynb")
 MIN_TIMEOUT_S = 5.0      # a page given less than this is skipped (budget)
 ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*[A-Za-z]")
 PASSED = re.compile(r"::(Cell \d+) (PASSED|FAILED|SKIPPED|ERROR)")

@@ -216,12 +216,12 @@ def test_the_crossover_beside_the_earlier_run():
     assert small["now"]["faster"] == small["earlier"]["faster"] == "index"
     assert large["earlier"]["faster"] == "push" and large["now"]["faster"] == "index"
     assert small["ratio"] == {"push": pytest.approx(2.0), "index": pytest.approx(0.5)}
-    lines = gpu_notebooks.crossover_lines(got)
+    lines = record.crossover_lines(got)
     assert len(lines) == 3 and "1,000,000" in lines[2]
     alone = gpu_notebooks.crossover(now, None, None)   # no earlier file: said so
     assert "earlier" not in alone and alone["rows"][0]["ratio"]["push"] is None
     # the record page sets them side by side (the first H200 run had none)
-    crossed = [f for f in gpu_notebooks.data_files()
+    crossed = [f for f in record.data_files()
                if json.loads(f.read_text()).get("crossover")]
     assert bool(record.gpu_crossover_lines()) == bool(crossed)
     run = dict(earlier, crossover=got, dry_run=False)
@@ -230,7 +230,7 @@ def test_the_crossover_beside_the_earlier_run():
         (Path(folder) / "gpu_h200_pages.json").write_text(json.dumps(run))
         lines = record.gpu_crossover_lines(Path(folder))
     assert "(2026-12-06, JAX 0.11.2, `gpu_h200_pages.json`)" in lines[1]
-    assert lines[-1] == "```" and lines[-2] == gpu_notebooks.crossover_lines(got)[-1]
+    assert lines[-1] == "```" and lines[-2] == record.crossover_lines(got)[-1]
     assert lines[-2].split() == ["1,000,000", "600.0", "500.0", "index", "|",
                                  "400.0", "500.0", "push"]
 
@@ -240,7 +240,7 @@ def test_the_record_says_which_pages_ran_on_a_gpu(pages, tmp_path):
     # (the first H200 run skipped them)
     said = record.gpu_pages_lines()
     assert said[0] == f"### {record.PAGES_HEADING}"
-    if not gpu_notebooks.executed_pages()[0]:
+    if not record.executed_pages()[0]:
         assert said[-1].startswith(record.NO_PAGES) and "skipped" in said[-1]
         assert record.PAGES_HEADER not in said
     else:
