@@ -80,7 +80,7 @@ def code_text(tree) -> str:
     numbers or ``__version__`` (a release names itself; no program reads it).  The dump
     names each node and its non-empty fields (``ast.iter_fields``), so that it reads
     the same on Python 3.11 to 3.13, whose ``ast.dump`` differ
-    (``tests/test_gputarget.py`` compares the three where they are installed)."""
+    (``tests/test_gputarget.py`` compares every Python it finds)."""
 
     tree.body = [n for n in tree.body if not (isinstance(n, ast.Assign) and [
         ast.unparse(t) for t in n.targets] == ["__version__"])]

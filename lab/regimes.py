@@ -3,8 +3,8 @@ the graph x start design, one measured run, and the data files' structure.
 
 ``shardbook.coba.regimes`` keeps what the pages read (the forms, the protocol, the
 bounds and the checks); this module makes the runs that ``lab/coba_regimes.py`` stores.
-Standard library and NumPy only at import: it imports ``shardbook.coba`` (BrainPy) in
-:func:`measure`, after the script has set up its devices.
+Standard library and NumPy only at import: :func:`measure` and :func:`validate` import
+``shardbook.coba`` (BrainPy), after the script has set up its devices.
 """
 from __future__ import annotations
 

@@ -526,6 +526,8 @@ def test_notebook_checker_catches_long_output_lines(tmp_path, capsys):
     assert check_notebooks.main([str(nb)]) == 1
     out = capsys.readouterr().out
     assert "bad.ipynb: cell 2, output line 2: 101 characters (limit 100)" in out
+    assert check_notebooks.main(["-q", str(nb)]) == 1   # as ./ci/test runs it
+    assert "bad.ipynb: cell 2, output line 2" in capsys.readouterr().out
 
     good = _notebook(
         tmp_path / "good.ipynb",

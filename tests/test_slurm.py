@@ -31,14 +31,14 @@ def _slurm_installed():
     """Skip, with the reason, where Slurm is missing or this is not root; first wait
     for ``./ci/test``'s background install (ci/background.py), here when the first
     test of this file runs, not at collection, which would hold up the whole job."""
+    if os.geteuid() != 0:   # first: ./ci/test installs Slurm only as root
+        pytest.skip("needs root (slurmctld and slurmd run as root here)")
     said = background.wait_for_install()
     if shutil.which("slurmctld") is None or shutil.which("srun") is None:
         pytest.skip(
             "needs Debian's slurm-wlm (apt-get install slurmctld slurmd slurm-client "
             "munge)" + (f"; {said}" if said else "")
         )
-    if os.geteuid() != 0:
-        pytest.skip("needs root (slurmctld and slurmd run as root here)")
 
 
 def _rank_pids(marker: str) -> list[int]:

@@ -294,8 +294,8 @@ def synchrony_raster(
 
 def load(name: str, root=None) -> dict:
     """A regime data file by name (e.g. ``"coba_forms.json"``), from ``root`` (default
-    :func:`shardbook.book.data_dir`); ``FileNotFoundError`` if absent.  Its structure
-    is checked where it is written and tested (``lab/regimes.py``)."""
+    :func:`shardbook.data_dir`); ``FileNotFoundError`` if absent.  Its structure is
+    checked by the tests (``tests/test_coba_regimes.py``, with ``lab/regimes.py``)."""
     from .. import data_dir
 
     path = Path(root if root is not None else data_dir()) / name
