@@ -12,7 +12,7 @@ shape and axis names as the target's. Shardings that a model keeps (``RNN.use_me
 Every builder works for any device count (the configuration rounds sizes up to divide).
 What each compiler makes of these steps is in ``shardbook/expectations.toml``
 (``shardbook.expect``); ``tests/test_expect.py`` compiles every builder for both.
-Import this module only after :func:`shardbook.setup_devices` (it imports BrainPy).
+Import this module only after :func:`shardbook.book.setup_devices` (it imports BrainPy).
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 Benchmark 3 of Brette et al. (2007), J. Comput. Neurosci. 23:349-398: Hodgkin-Huxley
 neurons with Traub-Miles kinetics, conductance-based exponential synapses, 80 %
 excitatory and 20 % inhibitory neurons, sparse random connectivity, dt = 0.1 ms.  It
-needs :func:`shardbook.setup_devices` to have run first, like every module that imports
-BrainPy.
+needs :func:`shardbook.book.setup_devices` to have run first, like every module that
+imports BrainPy.
 
 The package is split along the chapter's lines; imports point one way, down this list:
 

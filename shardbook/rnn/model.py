@@ -11,7 +11,7 @@ sharding when reset, at the start of every step.
 Axis names (``'batch'``, ``'hidden'``) are resolved when the model is built inside
 ``bm.sharding.device_mesh(devices, names)``: a name in the mesh splits that dimension,
 any other is replicated.  So one class serves one device, a ``'hidden'`` mesh, a
-``'batch'`` mesh and both.  Import only after :func:`shardbook.setup_devices`
+``'batch'`` mesh and both.  Import only after :func:`shardbook.book.setup_devices`
 (importing BrainPy starts JAX).
 """
 from __future__ import annotations

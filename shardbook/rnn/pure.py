@@ -11,7 +11,7 @@ split can be written by hand.
 in bf16; weights, gradients and Adam stay float32).  :func:`value_and_grad` adds
 ``micro_batches``; :func:`adam_update` is BrainPy's ``bp.optim.Adam``.
 
-Import this module only after :func:`shardbook.setup_devices`.
+Import this module only after :func:`shardbook.book.setup_devices`.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ axes, with only an axis environment) to find the states it touches:
   which changes nothing at the per-device shapes.
 
 ``tests/test_rnn_variants.py`` checks both, and that the gradients equal those of the
-``bm.sharding`` model.  Import this module only after :func:`shardbook.setup_devices`.
+``bm.sharding`` model.  Import this module only after
+:func:`shardbook.book.setup_devices`.
 """
 from __future__ import annotations
 
