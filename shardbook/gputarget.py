@@ -415,7 +415,8 @@ def programs(jobs, timeout: float = 900, path=None, folder=None):
     if todo:
         what = ", ".join(jobs[i]["builder"].split(":")[-1] for i in todo)
         warnings.warn(f"{len(todo)} GPU-target program(s) not stored ({what}): "
-                      f"compiling them here; `{REFRESH}` stores them", NotStoredWarning,
+                      f"compiling them here (the book stores a new job with `{REFRESH} "
+                      "--add JOBS.json`)", NotStoredWarning,
                       stacklevel=2)
         fresh = Pending([jobs[i] for i in todo], timeout, path).result()
         for i, answer in zip(todo, fresh):
