@@ -414,10 +414,9 @@ def programs(jobs, timeout: float = 900, path=None, folder=None):
             "ci/install_gpu_target), then run the cell again")
     if todo:
         what = ", ".join(jobs[i]["builder"].split(":")[-1] for i in todo)
-        warnings.warn(f"{len(todo)} GPU-target program(s) not stored ({what}): "
-                      f"compiling them here (the book stores a new job with `{REFRESH} "
-                      "--add JOBS.json`)", NotStoredWarning,
-                      stacklevel=2)
+        warnings.warn(f"{len(todo)} GPU-target program(s) not stored ({what}): compiled"
+                      f" here (`{REFRESH} --add JOBS.json` stores a new job)",
+                      NotStoredWarning, stacklevel=2)
         fresh = Pending([jobs[i] for i in todo], timeout, path).result()
         for i, answer in zip(todo, fresh):
             answers[i] = answer
