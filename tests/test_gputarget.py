@@ -19,7 +19,7 @@ import pyrun  # tests/pyrun.py
 import pytest
 import shared_compiles as shared
 
-from shardbook import expect, gputarget as gt, hlo
+from shardbook import coba, expect, gputarget as gt, hlo
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_WHEELS = gt.wheels_installed()
@@ -284,6 +284,10 @@ JOBS = {  # what depends on the target; the table's entries: tests/test_expect.p
     "dp_replicated": shared.register("rnn_data_parallel", {"batch_sharded": False}),
     "coba": shared.register("coba_hh", {"steps": 10}),
     "coba_resized": shared.register("coba_hh", {"steps": 10, "neurons": 4200}),
+    # chapter 4's push step, stored for pages 4b and 5c
+    "push": shared.register("coba_hh", {"conn": "push", "steps": 10}),
+    "push_840k": shared.register("coba_hh", {"conn": "push", "steps": 10,
+                                             "neurons": 840_000}),
 }
 
 
@@ -373,3 +377,36 @@ def test_a_stored_program_is_the_fresh_compile(tmp_path):
         fresh.text, fresh.memory, fresh.collectives)
     assert gt.job_key({**job, "devices": 4}) != gt.job_key(job)
     assert gt.job_key({**job, "target": "h200", "hosts": 1}) == gt.job_key(job)
+
+
+def push_event_slots(neurons: int, devices: int) -> int:
+    """The event slots of chapter 4's push step at ``neurons`` on ``devices``: the sum
+    of ``PushCSR.events`` over its projections, from the in-degrees of a small net."""
+    small = coba.sizes(0.2)
+    big = dict(zip(small, coba.sizes(neurons / 4200)))
+    net = coba.build(jax.devices(), scale=0.2, conn="push")
+    total = 0
+    for op in coba.push.counters(net).values():
+        if isinstance(op, coba.PushCSR):
+            k = op.indices.value.shape[0] // op.n_post      # fixed in-degree
+            n_pre, n_post = big[op.n_pre], big[op.n_post]
+            slots = devices * coba.push.spike_capacity(n_pre // devices, op.fraction)
+            total += coba.push.event_capacity(slots, k * (n_post // devices) / n_pre)
+    return total
+
+
+@needs_wheels
+@pytest.mark.parametrize("key,neurons", [("push", 4200), ("push_840k", 840_000)])
+def test_gpu_push_temporaries_count_13_bytes_per_event_slot(gpu, key, neurons):
+    """Page 4b's ledger on GPUs: ``coba.predict``'s XLA:GPU temporaries of the push
+    step, with its event slots, hold the stored 8 x H200 program within
+    ``peak_tolerance``; without the slots they miss it (a planted omission)."""
+    prog, slots = gpu[key], push_event_slots(neurons, 8)
+    sizes = coba.sizes(neurons / 4200)
+    got = prog.memory["temporaries"]
+    for with_slots in (True, False):
+        p = coba.predict(*sizes, 8, "push", platform="gpu",
+                         event_slots=slots if with_slots else 0)
+        gap = abs(got - p["temporaries"])
+        assert (gap <= coba.peak_tolerance(p["temporaries"])) == with_slots, (
+            neurons, slots, got, p["temporaries"])
