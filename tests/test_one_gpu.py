@@ -4,16 +4,23 @@
 one fix of "is one GPU enough?" (remat, micro-batches, bf16); page 2c compiles it for
 an H200.  Here it is compiled on this process's CPU (``gputarget.compile_here``): each
 option must reach the compiled program, checked by the saving the page predicts.  A
-builder that drops an option (the planted bug: ``remat`` ignored) fails.
+builder that drops an option (the planted bug: ``remat`` ignored) fails.  The page's
+own BrainPy cell, read from the page, is checked at other sizes the same way.
 """
 
 import functools
 from dataclasses import replace
 
 import jax
+import notebooks as nbs  # ci/notebooks.py (on the path: tests/conftest.py)
+import numpy as np
 import pytest
 
-from shardbook import book, gputarget, rnn, train_memory as tm
+import brainpy as bp
+import brainpy.math as bm
+import brainstate
+
+from shardbook import book, gputarget, memory, rnn, train_memory as tm
 
 BUILDER = "shardbook.gputarget_steps:rnn_one_gpu"
 
@@ -122,3 +129,44 @@ def test_a_predict_that_forgets_the_inputs_fails():
 
     with pytest.raises(AssertionError):
         check_residuals(forgetful)
+
+
+# ------------------------------------------------ page 2c's BrainPy remat, other sizes
+def _page_cell_definitions() -> dict:
+    """Page 2c's ``Cell`` and ``compile_cell_grads``, read from the page itself (the
+    model is written once, there), defined here without the page's measurement."""
+    page = nbs.load(nbs.ROOT / "book" / "02c-one-gpu-enough.ipynb")
+    code = next(nbs.source(c) for c in nbs.code_cells(page)
+                if nbs.source(c).startswith("class Cell("))
+    namespace = dict(bp=bp, bm=bm, jax=jax, np=np)
+    exec(code.split("\nwith jax.default_device")[0], namespace)
+    return namespace
+
+
+def _brainpy_remat_saving(remat, num_hid: int, batch: int, steps: int) -> int:
+    page = _page_cell_definitions()
+    bm.random.seed(0)
+    cell = page["Cell"](3, num_hid, batch)
+    inputs = bm.asarray(np.ones((steps, batch, 3), np.float32))
+    temps = {}
+    for name, update in (("plain", cell.update), ("remat", remat(cell.update))):
+        _, compiled = page["compile_cell_grads"](
+            cell, lambda u, update=update: bm.for_loop(update, u), inputs)
+        temps[name] = memory.compiled_memory(compiled)["temporaries"]
+    return temps["plain"] - temps["remat"]
+
+
+@pytest.mark.parametrize("num_hid,batch,steps", [(64, 8, 30), (96, 4, 20)])
+def test_brainpy_remat_saves_the_predicted_bytes_and_a_no_op_fails(num_hid, batch,
+                                                                   steps):
+    """Page 2c's BrainPy remat at two other sizes: ``brainstate.transform.remat`` on
+    the page's stateful ``update`` saves 2 T B H x 4 bytes within 1 %; the planted
+    bug, a remat that wraps nothing, fails the same check."""
+    predicted = 2 * steps * batch * num_hid * 4
+
+    def within(saving):
+        return abs(saving - predicted) <= 0.01 * predicted
+
+    assert within(_brainpy_remat_saving(brainstate.transform.remat, num_hid, batch,
+                                        steps))
+    assert not within(_brainpy_remat_saving(lambda f: f, num_hid, batch, steps))
