@@ -142,18 +142,20 @@ def instruction_of(event) -> str:
 
 def from_profile(profile, program, path: str | None = None) -> Trace:
     """A :class:`Trace` of the ``ProfileData`` events that stand for an instruction of
-    ``program``: on the device planes if any, else the host's (none counted twice)."""
+    ``program``: on the device planes if they hold any, else the host's (none counted
+    twice).  A GPU's plane that holds none of them (a CPU program traced on a machine
+    with a GPU) is passed over."""
     ops = _instructions(program.text)
     planes = list(profile.planes)
     device = [p for p in planes if p.name.startswith("/device:")]
-    events = []
-    for plane in device or planes:
-        for line in plane.lines:
-            for e in line.events:
-                name = instruction_of(e)
-                if name in ops:
-                    events.append(Event(name, ops[name], plane.name, line.name,
-                                        float(e.start_ns), float(e.duration_ns)))
+
+    def events_on(chosen):
+        return [Event(name, ops[name], plane.name, line.name, float(e.start_ns),
+                      float(e.duration_ns))
+                for plane in chosen for line in plane.lines for e in line.events
+                if (name := instruction_of(e)) in ops]
+
+    events = events_on(device) or events_on([p for p in planes if p not in device])
     return Trace(events, program, path)
 
 

@@ -183,3 +183,20 @@ def test_a_gpu_device_plane_is_read_through_the_hlo_op_stat():
     device = next(p for p in profile.planes if p.name == "/device:GPU:0")
     names = [traces.instruction_of(e) for line in device.lines for e in line.events]
     assert names == ["all-reduce-start.1", "fusion", "fusion"]
+
+
+def test_a_device_plane_without_the_programs_events_is_passed_over():
+    """A CPU program traced on a machine with one GPU (where the lessons run on CPU
+    devices): the GPU's plane holds none of its instructions, so the host's are read;
+    with the program's events on the device plane, the host's are not."""
+    profile = jax.profiler.ProfileData.from_text_proto(xspace(
+        ("/host:CPU", "python", [("all-reduce.1", 0, 300000, None),
+                                 ("fusion", 400000, 100000, None)], False),
+        ("/device:GPU:0", "Stream #7", [("some_other_kernel", 0, 5, None)], False),
+    ))
+    trace = traces.from_profile(profile, Program(PROGRAM, "cpu"))
+    assert [(e.name, e.plane) for e in trace.events] == [
+        ("all-reduce.1", "/host:CPU"), ("fusion", "/host:CPU")]
+    gpu = traces.from_profile(jax.profiler.ProfileData.from_text_proto(GPU_XSPACE),
+                              Program(GPU_PROGRAM, "gpu"))
+    assert {e.plane for e in gpu.events} == {"/device:GPU:0"}
