@@ -86,7 +86,7 @@ class Ledger:
 
 
 def largest_fitting(
-    bytes_for_size, memory_bytes: float, lo: int = 1, hi: int = 1 << 40, step: int = 1
+    bytes_for_size, memory_bytes: float, hi: int = 1 << 40, step: int = 1
 ) -> int:
     """Largest multiple ``n`` of ``step`` with ``bytes_for_size(n) <= memory_bytes``.
 
