@@ -99,11 +99,12 @@ def times_table(junit_dir: Path) -> list[str]:
     rows = time_rows(junit_dir)
     if not rows:
         return []
+    workers = os.environ.get("BOOK_TEST_WORKERS", "several")   # ci/test exports it
     return [
         "", f"## {TIMES_HEADING}", "",
         "Each notebook executed top to bottom in a fresh kernel under strict nbval "
         "(every stored output compared with the fresh run); the times are pytest's "
-        f"(JUnit XML). pytest-xdist ran {os.environ.get('BOOK_TEST_WORKERS', '2')} "
+        f"(JUnit XML). pytest-xdist ran {workers} "
         f"notebooks at a time on {os.cpu_count()} CPU cores, after the helper tests "
         "and beside the book build: a notebook's time includes what ran beside it.",
         "",

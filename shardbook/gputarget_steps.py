@@ -381,9 +381,8 @@ def _resize_deliveries(net, small, big, devices: int):
         sizes = dict(n_pre=n_pre, n_post=n_post, n_local=n_local,
                      chunk=chunk_size(k * n_local))
         if isinstance(op, push.PushCSR):
-            slots = devices * push.spike_capacity(n_pre // devices, op.fraction)
-            sizes.update(mean_degree=k * n_local / n_pre, slots=slots,
-                         events=push.event_capacity(slots, k * n_local / n_pre))
+            slots, events = push.capacities(n_pre, n_local, k, devices, op.fraction)
+            sizes.update(slots=slots, events=events)
         todo.append((op, sizes))
 
     def apply():

@@ -142,9 +142,10 @@ def instruction_of(event) -> str:
 
 def from_profile(profile, program, path: str | None = None) -> Trace:
     """A :class:`Trace` of the ``ProfileData`` events that stand for an instruction of
-    ``program``: on the device planes if they hold any, else the host's (none counted
-    twice).  A GPU's plane that holds none of them (a CPU program traced on a machine
-    with a GPU) is passed over."""
+    ``program``: on the device planes if any, else the host's (none counted twice).  A
+    CPU program's events are read from the host's planes when the device planes hold
+    none of them (on a machine with a GPU beside the CPU devices); a GPU program's only
+    from the device planes."""
     ops = _instructions(program.text)
     planes = list(profile.planes)
     device = [p for p in planes if p.name.startswith("/device:")]
@@ -155,7 +156,10 @@ def from_profile(profile, program, path: str | None = None) -> Trace:
                 for plane in chosen for line in plane.lines for e in line.events
                 if (name := instruction_of(e)) in ops]
 
-    events = events_on(device) or events_on([p for p in planes if p not in device])
+    host = [p for p in planes if p not in device]
+    events = events_on(device or host)
+    if not events and program.compiler == "cpu":
+        events = events_on(host)
     return Trace(events, program, path)
 
 

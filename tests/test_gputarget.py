@@ -381,7 +381,8 @@ def test_a_stored_program_is_the_fresh_compile(tmp_path):
 
 def push_event_slots(neurons: int, devices: int) -> int:
     """The event slots of chapter 4's push step at ``neurons`` on ``devices``: the sum
-    of ``PushCSR.events`` over its projections, from the in-degrees of a small net."""
+    of ``PushCSR.events`` over its projections (``coba.push.capacities``, as the
+    GPU-target builder sizes them), from the in-degrees of a small net."""
     small = coba.sizes(0.2)
     big = dict(zip(small, coba.sizes(neurons / 4200)))
     net = coba.build(jax.devices(), scale=0.2, conn="push")
@@ -390,8 +391,8 @@ def push_event_slots(neurons: int, devices: int) -> int:
         if isinstance(op, coba.PushCSR):
             k = op.indices.value.shape[0] // op.n_post      # fixed in-degree
             n_pre, n_post = big[op.n_pre], big[op.n_post]
-            slots = devices * coba.push.spike_capacity(n_pre // devices, op.fraction)
-            total += coba.push.event_capacity(slots, k * (n_post // devices) / n_pre)
+            total += coba.push.capacities(n_pre, n_post // devices, k, devices,
+                                          op.fraction)[1]
     return total
 
 
@@ -400,7 +401,9 @@ def push_event_slots(neurons: int, devices: int) -> int:
 def test_gpu_push_temporaries_count_13_bytes_per_event_slot(gpu, key, neurons):
     """Page 4b's ledger on GPUs: ``coba.predict``'s XLA:GPU temporaries of the push
     step, with its event slots, hold the stored 8 x H200 program within
-    ``peak_tolerance``; without the slots they miss it (a planted omission)."""
+    ``peak_tolerance``; without the slots they miss it (a planted omission).  The fit
+    is close at 840,000 neurons (3 % under) and loose at 4,200 (19 % over, 99 % of the
+    tolerance): 13 B a slot is the large network's cost."""
     prog, slots = gpu[key], push_event_slots(neurons, 8)
     sizes = coba.sizes(neurons / 4200)
     got = prog.memory["temporaries"]

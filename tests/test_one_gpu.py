@@ -136,10 +136,13 @@ def _page_cell_definitions() -> dict:
     """Page 2c's ``Cell`` and ``compile_cell_grads``, read from the page itself (the
     model is written once, there), defined here without the page's measurement."""
     page = nbs.load(nbs.ROOT / "book" / "02c-one-gpu-enough.ipynb")
-    code = next(nbs.source(c) for c in nbs.code_cells(page)
-                if nbs.source(c).startswith("class Cell("))
+    code = next((nbs.source(c) for c in nbs.code_cells(page)
+                 if nbs.source(c).startswith("class Cell(")), None)
+    assert code is not None, "page 2c has no cell that starts with `class Cell(`"
+    definitions, found, _ = code.partition("\nwith jax.default_device")
+    assert found, "page 2c's Cell cell no longer measures under jax.default_device"
     namespace = dict(bp=bp, bm=bm, jax=jax, np=np)
-    exec(code.split("\nwith jax.default_device")[0], namespace)
+    exec(definitions, namespace)
     return namespace
 
 
@@ -161,7 +164,8 @@ def test_brainpy_remat_saves_the_predicted_bytes_and_a_no_op_fails(num_hid, batc
                                                                    steps):
     """Page 2c's BrainPy remat at two other sizes: ``brainstate.transform.remat`` on
     the page's stateful ``update`` saves 2 T B H x 4 bytes within 1 %; the planted
-    bug, a remat that wraps nothing, fails the same check."""
+    bugs, a remat that wraps nothing and one whose policy saves everything, fail the
+    same check."""
     predicted = 2 * steps * batch * num_hid * 4
 
     def within(saving):
@@ -170,3 +174,6 @@ def test_brainpy_remat_saves_the_predicted_bytes_and_a_no_op_fails(num_hid, batc
     assert within(_brainpy_remat_saving(brainstate.transform.remat, num_hid, batch,
                                         steps))
     assert not within(_brainpy_remat_saving(lambda f: f, num_hid, batch, steps))
+    keep_all = functools.partial(brainstate.transform.remat,
+                                 policy=jax.checkpoint_policies.everything_saveable)
+    assert not within(_brainpy_remat_saving(keep_all, num_hid, batch, steps))

@@ -200,3 +200,10 @@ def test_a_device_plane_without_the_programs_events_is_passed_over():
     gpu = traces.from_profile(jax.profiler.ProfileData.from_text_proto(GPU_XSPACE),
                               Program(GPU_PROGRAM, "gpu"))
     assert {e.plane for e in gpu.events} == {"/device:GPU:0"}
+    # a GPU program whose device plane lost its events is not read from the host's
+    # launches: its trace is empty, and check() fails
+    lost = jax.profiler.ProfileData.from_text_proto(xspace(
+        ("/host:CPU", "python", [("all-reduce-start.1", 0, 100000, None)], False),
+        ("/device:GPU:0", "Stream #7", [("some_other_kernel", 0, 5, None)], False),
+    ))
+    assert traces.from_profile(lost, Program(GPU_PROGRAM, "gpu")).events == []

@@ -33,7 +33,7 @@ from .events import EventCSR
 from .parameters import NEURON
 
 __all__ = ["SPIKE_CAPACITY", "SIGMAS", "spike_capacity", "gathered_ids",
-           "event_capacity", "KERNELS",
+           "event_capacity", "capacities", "KERNELS",
            "DeliveryOverflow", "SpikeExchange", "PushCSR", "expand", "check",
            "compact_local", "push_local",
            "burst_stats", "counters"]
@@ -75,6 +75,15 @@ def event_capacity(slots: int, mean_degree: float) -> int:
     local out-degree, plus :data:`SIGMAS` Poisson standard deviations, plus 16."""
     mean = slots * mean_degree
     return int(np.ceil(mean + SIGMAS * np.sqrt(mean) + 16))
+
+
+def capacities(n_pre: int, n_local: int, k: int, devices: int,
+               fraction: float = SPIKE_CAPACITY) -> tuple[int, int]:
+    """``(slots, events)`` of one device's push step: room for the gathered spike ids
+    of ``n_pre`` sources split ``devices`` ways, and for the events they make on its
+    ``n_local`` targets of in-degree ``k`` (mean out-degree ``k n_local / n_pre``)."""
+    slots = devices * spike_capacity(n_pre // devices, fraction)
+    return slots, event_capacity(slots, k * n_local / n_pre)
 
 
 def _kernel_ok(kernel: str) -> bool:
@@ -208,16 +217,12 @@ class PushCSR(EventCSR):
     """An :class:`EventCSR` delivered from a :class:`SpikeExchange`'s gathered ids."""
 
     def __init__(self, sources, n_pre, weight, mesh=None, rows=None,
-                 fraction: float = SPIKE_CAPACITY, kernel: str = "auto",
-                 mean_degree: float | None = None):
+                 fraction: float = SPIKE_CAPACITY, kernel: str = "auto"):
         super().__init__(sources, n_pre, weight, mesh, rows=rows)
         self.fraction, self.kernel = fraction, kernel
         k = sources.shape[0] if sources is not None else rows[1]
-        self.mean_degree = (
-            k * self.n_local / n_pre if mean_degree is None else mean_degree
-        )
-        self.slots = self.devices * spike_capacity(n_pre // self.devices, fraction)
-        self.events = event_capacity(self.slots, self.mean_degree)
+        self.slots, self.events = capacities(n_pre, self.n_local, k, self.devices,
+                                             fraction)
         self.cpu_kernels = _kernel_ok(kernel)  # decided here, outside any trace
         self.counter = _counter(mesh, self.devices)  # (events dropped, largest step)
 
