@@ -4,10 +4,15 @@ Each notebook's kernel starts with ``BOOK_NOTEBOOK`` naming its notebook, so tha
 gap log of the equivalence checks (``BOOK_GAP_LOG``, ``shardbook.verify``) says which
 page each row came from, whichever pytest-xdist worker ran it.  Each cell's JUnit
 record names its notebook too (``ci/junit.py`` reads it).
+
+A kernel that dies in a cell (killed for memory, say) fails that cell within seconds,
+with its exit code: nbval alone would wait for its reply until the cell's timeout.
 """
 
 import os
+import time
 from pathlib import Path
+from queue import Empty
 
 import pytest
 
@@ -22,3 +27,40 @@ def pytest_runtest_setup(item):
         name = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
         os.environ["BOOK_NOTEBOOK"] = name
         item.user_properties.append(("notebook", name))
+
+
+POLL_S = 5.0   # how often a wait for a kernel's message checks that the kernel lives
+
+
+def _fail_fast_on_a_dead_kernel():
+    """Make nbval's waits for a kernel's messages poll, and raise when it has died."""
+    try:
+        from nbval.kernel import RunningKernel
+    except ImportError:   # nbval not installed: nothing to watch
+        return
+    wait = RunningKernel.get_message
+    if getattr(wait, "watches_kernel", False):
+        return
+
+    def get_message(self, stream, timeout=None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_S if end is None else min(POLL_S, end - time.monotonic())
+            try:
+                return wait(self, stream, timeout=max(left, 0.0))
+            except Empty:
+                if end is not None and time.monotonic() >= end:
+                    raise
+                if not self.is_alive():
+                    process = getattr(self.km.provisioner, "process", None)
+                    code = process.poll() if process is not None else None
+                    raise RuntimeError(
+                        f"the notebook's kernel died (exit code {code}; -9 is a kill, "
+                        "often for memory). Run the notebook alone to see where."
+                    ) from None
+
+    get_message.watches_kernel = True
+    RunningKernel.get_message = get_message
+
+
+_fail_fast_on_a_dead_kernel()

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,17 @@ def test_an_early_failure_names_its_step(tmp_path):
     assert run.returncode == 3, run.stdout + run.stderr   # the step's own status
     said = "FAILED: the notebook list (ci/notebooks.py) (exit 3)"
     assert said in run.stderr, run.stderr
+
+
+def test_a_kernel_that_dies_fails_its_cell_at_once(planted):
+    """A kernel killed in a cell (as for memory) fails there within seconds, with its
+    exit code; without the repository's conftest.py, nbval waits out the timeout."""
+    dies = notebook(planted / "dies.ipynb",
+                    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", ""),
+                    ("print(1)", "1\n"))
+    started = time.monotonic()
+    run = _ci_test("--portable", dies, BOOK_TEST_TIMEOUT_S="120")
+    took = time.monotonic() - started
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "the notebook's kernel died (exit code -9" in run.stdout, run.stdout
+    assert took < 60, f"{took:.0f} s: the dead kernel was found only at the timeout"
