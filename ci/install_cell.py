@@ -7,11 +7,12 @@ setup of their own instead, and are left out.
   python ci/install_cell.py --write    write it into every notebook's first code cell
 
 The cell sets up the devices before JAX starts.  In a hosted runtime (Colab, Kaggle)
-it first installs the book's own version of ``shardbook`` from its tag
-(``@v<version>``, the version of ``pyproject.toml``) with the ``hosted`` extra, which
-pins the book's packages (plus ``cuda12`` on a GPU runtime), so that an old notebook
-gets the ``shardbook`` it was validated with.  The repository URL is the one of
-``_config.yml``.  Only the cell's source is written: its outputs and tags stay.
+it first installs the book's own version of ``shardbook`` (:func:`ref`: the tag
+``@v<version>`` of a release, or the branch for a development version) with the
+``hosted`` extra, which pins the book's packages (plus ``cuda12`` on a GPU runtime), so
+that a notebook gets the ``shardbook`` it was validated with.  The repository URL is
+the one of ``_config.yml``.  Only the cell's source is written: its outputs and tags
+stay.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import sys
 
 if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
     extras = "hosted,cuda12" if shutil.which("nvidia-smi") else "hosted"
-    repo = "git+{repository}@v{version}"
+    repo = "git+{repository}@{ref}"
     %pip install -q "shardbook[{{extras}}] @ {{repo}}"
 from shardbook import book
 
@@ -54,9 +55,21 @@ def version(root: Path = ROOT) -> str:
     return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
 
 
+def ref(root: Path = ROOT) -> str:
+    """The git ref a hosted notebook installs ``shardbook`` from.  A release
+    (``1.2.0``) installs its tag, ``v1.2.0``, so an old notebook keeps its package.  A
+    development version (``1.2.0.dev0``) installs the branch of ``_config.yml``: its
+    pages and package change together there, and no tag holds them yet."""
+    import yaml
+
+    v = version(root)
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    return config["repository"]["branch"] if ".dev" in v else f"v{v}"
+
+
 def canonical(root: Path = ROOT) -> str:
     """The text of every notebook's first code cell."""
-    return TEMPLATE.format(repository=repository(root), version=version(root))
+    return TEMPLATE.format(repository=repository(root), ref=ref(root))
 
 
 def differs(path: Path, root: Path = ROOT) -> bool:

@@ -36,7 +36,7 @@ the first neuron's index; nothing is gathered.  ``--graph``, ``--conn`` and
 million-neuron path).
 
 Needs the book's packages on every node, at the book's own version (its tag):
-    URL=git+https://github.com/sharding-brain-dynamics/book@v1.1.0
+    URL=git+https://github.com/sharding-brain-dynamics/book@main
     pip install "shardbook[hosted,cuda12] @ $URL"
 """
 from __future__ import annotations

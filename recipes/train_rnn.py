@@ -24,7 +24,7 @@ So start as many processes per node as it has GPUs, and let every process see al
 them (do not give each task its own CUDA_VISIBLE_DEVICES).
 
 Needs the book's packages on every node, at the book's own version (its tag):
-    URL=git+https://github.com/sharding-brain-dynamics/book@v1.1.0
+    URL=git+https://github.com/sharding-brain-dynamics/book@main
     pip install "shardbook[hosted,cuda12] @ $URL"
 
 Try it without a cluster, on CPU, by faking what srun sets (two terminals, i = 0, 1):

@@ -22,7 +22,7 @@ from .devices import DeviceSetupError, divisible_size, mesh_shape_2d, setup_devi
 
 __all__ = ["setup_devices", "DeviceSetupError", "data_dir", "divisible_size",
            "mesh_shape_2d"]
-__version__ = "1.1.0"
+__version__ = "1.2.0.dev0"
 
 
 def data_dir() -> Path:

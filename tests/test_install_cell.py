@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REPO_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 VERSION = PROJECT["version"]
+REF = install_cell.ref()   # v<version>, or the branch for a .dev version
 
 DRIVER = r"""
 import json, shutil, sys, types
@@ -55,7 +56,7 @@ def test_every_notebook_starts_with_the_canonical_cell():
     for path in nbs.helper_notebooks():
         got = nbs.source(nbs.first_code_cell(nbs.load(path)))
         assert got == want, f"{path.name}: run python ci/install_cell.py --write"
-    assert f"git+{REPO_URL}@v{VERSION}" in want
+    assert f"git+{REPO_URL}@{REF}" in want
     assert want.endswith(
         "\nfrom shardbook import book\n\n# N simulated CPU devices "
         "(N = $BOOK_NUM_DEVICES, default 8), or all real GPUs/TPUs\n"
@@ -146,11 +147,11 @@ def test_hosted_cell_installs_the_books_tagged_version_from_a_local_wheel(tmp_pa
     answer = _run_cell(tmp_path, "cpu")
     assert answer["ok"], "the cell failed in IPython"
     assert answer["devices"] == 2  # and then set up the devices
-    want = f'install -q "shardbook[hosted] @ git+{REPO_URL}@v{VERSION}"'
+    want = f'install -q "shardbook[hosted] @ git+{REPO_URL}@{REF}"'
     assert answer["pip"] == [want]
     req = Requirement(want.split('"')[1])
     assert req.name == "shardbook" and req.extras == {"hosted"}
-    assert req.url == f"git+{REPO_URL}@v{VERSION}"
+    assert req.url == f"git+{REPO_URL}@{REF}"
 
     gpu = _run_cell(tmp_path, "gpu")
     assert gpu["pip"] == [want.replace("[hosted]", "[hosted,cuda12]")]
@@ -219,4 +220,11 @@ RECIPES = [ROOT / "recipes" / "run_coba.py", ROOT / "recipes" / "train_rnn.py"]
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_recipes_install_the_same_tagged_version(path):
-    assert f"URL=git+{REPO_URL}@v{VERSION}\n" in path.read_text()
+    assert f"URL=git+{REPO_URL}@{REF}\n" in path.read_text()
+
+
+def test_a_release_installs_its_tag_and_a_development_version_the_branch(tmp_path):
+    (tmp_path / "_config.yml").write_text((ROOT / "_config.yml").read_text())
+    for version, want in (("1.2.0", "v1.2.0"), ("1.2.0.dev0", "main")):
+        (tmp_path / "pyproject.toml").write_text(f'[project]\nversion = "{version}"\n')
+        assert install_cell.ref(tmp_path) == want

@@ -6,8 +6,8 @@
   ``ci/``, ``shardbook.private``'s guards, ``shardbook.gputarget.PINS``, the footer of
   ``_config.yml``, and every "<package> X.Y.Z" in the prose and code of the repository.
 * The book's own version: ``[project] version`` of ``pyproject.toml``;
-  ``shardbook.__version__`` and the install cell of every notebook (``@v<version>``,
-  ``tests/test_install_cell.py``) follow it.
+  ``shardbook.__version__`` and the install cell of every notebook (``@v<version>``, or
+  the branch for a ``.dev`` version: ``tests/test_install_cell.py``) follow it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ VERSION = PYPROJECT["project"]["version"]
 
 
 def test_the_book_has_one_version():
-    assert re.fullmatch(r"\d+\.\d+\.\d+", VERSION), VERSION
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev\d+)?", VERSION), VERSION
     assert book.__version__ == VERSION, "shardbook/__init__.py: __version__"
 
 
