@@ -71,8 +71,7 @@ def test_brian2_keeps_its_name_and_meaning():
 
 
 def _stored():
-    if not STORED.exists():
-        pytest.skip("book/data/coba_brian2_timing.json has not been made")
+    assert STORED.exists(), "book/data/coba_brian2_timing.json is missing (page 4b)"
     return json.loads(STORED.read_text())
 
 

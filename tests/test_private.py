@@ -42,8 +42,6 @@ PRIVATE_PATTERNS = [
     (re.compile(r"\bxla_bridge\b"), "jax's xla_bridge"),
 ]
 QUARANTINE = ROOT / "shardbook" / "private.py"
-# Notebooks not yet moved onto the doorway (shardbook.book); emptied when they are.
-NOT_YET_MIGRATED: set[str] = set()  # every notebook is on the doorway
 
 
 def _code_of_notebook(path: Path) -> str:
@@ -62,8 +60,7 @@ def _files():
             if path != QUARANTINE and path.name != "test_private.py":
                 out.append((str(path.relative_to(ROOT)), path.read_text()))
     for path in nbs.notebooks():
-        if path.stem not in NOT_YET_MIGRATED:
-            out.append((str(path.relative_to(ROOT)), _code_of_notebook(path)))
+        out.append((str(path.relative_to(ROOT)), _code_of_notebook(path)))
     for path in _shell_scripts():
         out.append((str(path.relative_to(ROOT)), _shell_code(path.read_text())))
     return out

@@ -29,9 +29,8 @@ DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 
 @pytest.fixture(scope="module")
 def bounds():
-    path = DATA / "coba_forms.json"
-    if not path.exists():
-        pytest.skip("book/data/coba_forms.json has not been made (lab/coba_regimes.py)")
+    path = DATA / "coba_forms.json"   # committed: page 4a reads it
+    assert path.exists(), "book/data/coba_forms.json is missing (lab/coba_regimes.py)"
     data = validate(json.loads(path.read_text()))
     made = [
         r
