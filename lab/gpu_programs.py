@@ -23,7 +23,6 @@ import gzip
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from importlib import metadata
@@ -31,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import provenance  # noqa: E402  (lab/provenance.py)
 
 from shardbook import gputarget as gt  # noqa: E402
 
@@ -231,15 +232,6 @@ def stale(jobs: list[dict], folder: Path) -> list[dict]:
     return out
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "shardbook"],
-                           cwd=ROOT, capture_output=True, text=True, check=False)
-    edited = " (shardbook/ edited)" if dirty.stdout.strip() else ""
-    return done.stdout.strip() + edited
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--all", action="store_true", help="recompile every stored job")
@@ -262,7 +254,7 @@ def main(argv=None) -> int:
         return 0
     gt.install(verbose=True)
     t0 = time.perf_counter()
-    by = commit()
+    by = provenance.commit()
     inputs = [made_from(job) for job in todo]   # before the compile, not after
     answers = gt.start_jobs(todo, timeout=args.timeout).result()
     for job, answer, made in zip(todo, answers, inputs):

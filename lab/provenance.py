@@ -2,8 +2,8 @@
 
 Real-hardware numbers live in data files under ``book/data/``; each records the device
 kind and count, the GPU driver, the library versions actually used (which may differ
-from ``requirements.txt`` on a machine with its own JAX build), the date and the
-command.
+from ``requirements.txt`` on a machine with its own JAX build), the date, the command,
+and the commit it ran at (marked when ``shardbook/`` or ``lab/`` had edits).
 """
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ import platform
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-__all__ = ["PACKAGES", "version", "gpu_driver", "provenance"]
+__all__ = ["PACKAGES", "version", "gpu_driver", "commit", "provenance"]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PACKAGES = ("jax", "jaxlib", "brainpy", "brainstate", "brainevent", "numpy")
 
@@ -42,6 +45,17 @@ def gpu_driver() -> str | None:
         return None
 
 
+def commit() -> str:
+    """The short commit of this checkout, plus " (edited)" when ``shardbook/`` or
+    ``lab/`` differ from it (the code a measurement ran was not that commit's)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    edited = git("status", "--porcelain", "--", "shardbook", "lab")
+    return git("rev-parse", "--short", "HEAD") + (" (edited)" if edited else "")
+
+
 def provenance(command: str | None = None) -> dict:
     """Devices, driver, versions, date and command of a measurement made in this
     process."""
@@ -58,4 +72,5 @@ def provenance(command: str | None = None) -> dict:
         | {"python": platform.python_version()},
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         command=command if command is not None else " ".join(sys.argv),
+        commit=commit(),
     )
