@@ -3,18 +3,10 @@
 Import order matters: ``setup_devices`` must run before ``import brainpy``, so this
 package imports neither JAX nor BrainPy when it is imported.
 
-Modules:
-  devices   set up real or simulated devices, and check it took effect
-  shards    shard tables, bytes per device, tiling and sharding checks
-  hlo       the one reader of compiled programs (Program): collectives, loops, memory
-  expect    what each compiler is expected to do with the book's steps (one table)
-  memory    compiled memory analysis and predicted-versus-measured ledgers
-  plotting  ownership and bytes-per-device plots
-  rnn       the RNN of BrainPy issue #641: model, pure steps, variants, bytes
-            (chapters 2, 3, 5)
-  coba      the COBA-HH network, its memory model and time model (chapter 4)
-  multiprocess  the jax.distributed worker and launcher of chapter 5a
-  verify    equivalence checks with stated tolerances, and the log of their margins
+Pages start with ``from shardbook import book`` (device setup, chapter sizes, source
+regions: ``book.py`` with ``config``, ``devices`` and ``regions``).  The helper modules
+a page may import are listed once, with what each is for, in ``book.MODULES``.  The one
+other module, ``gputarget_steps``, holds the step builders that GPU-target jobs name.
 """
 from pathlib import Path
 

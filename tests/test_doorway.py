@@ -190,3 +190,8 @@ def test_the_doorway_names_what_it_offers():
     for name in book.MODULES:
         assert (ROOT / "shardbook" / f"{name}.py").exists() or (
             ROOT / "shardbook" / name / "__init__.py").exists(), name
+    # and every module of the package is listed there, or is the doorway's own part
+    doorway = {"book", "config", "devices", "regions", "gputarget_steps"}
+    found = {p.stem for p in (ROOT / "shardbook").glob("*.py") if p.stem != "__init__"}
+    found |= {p.parent.name for p in (ROOT / "shardbook").glob("*/__init__.py")}
+    assert found == set(book.MODULES) | doorway, found ^ (set(book.MODULES) | doorway)
