@@ -113,8 +113,29 @@ def times_table(junit_dir: Path) -> list[str]:
 
 
 def gpu_lines() -> list[str]:
-    """What a real GPU measured (``lab/gpu_check``'s data file), or that nothing has."""
-    return gpudata.record_lines(gpu_data("h200"))
+    """What a real GPU measured (``lab/gpu_check``'s data file), or that nothing has:
+    the note, and the GPU run's figures."""
+    data = gpu_data("h200")
+    said = gpudata.note(data)
+    lines = ["## Real-GPU measurements", "", said[:1].upper() + said[1:] + "."]
+    if data is None:
+        return lines
+    prov = data["provenance"]
+    differ = gpudata.mismatch_text(data)
+    lines += ["", f"Command: `{prov['command']}`; driver: {prov['driver']}; "
+              f"versions that differ from the book's pins: {differ}.", "",
+              "| neurons | delivery | us per step | events per step | compile (s) |",
+              "| ---: | --- | ---: | ---: | ---: |"]
+    for n, conn, us, events, seconds in gpudata.coba_rows(data):
+        lines.append(f"| {n:,} | {conn} | {us:,.1f} | {events:,.0f} | {seconds:.1f} |")
+    ten = data["timing"].get("coba_10s")
+    if ten:   # beside BrainPy's published figures: chapter 4b, with what differs
+        lines += ["", f"{ten['simulated_s']:g} s of simulated time at "
+                  f"{ten['neurons']:,} neurons ({ten['conn']} delivery): "
+                  f"{ten['run_s']:.1f} s of wall time, compile "
+                  f"{ten['compile_s']:.1f} s apart (chapter 4b sets it beside "
+                  "BrainPy's published figures)."]
+    return lines
 
 
 PAGES_HEADING = "Pages executed on a GPU"

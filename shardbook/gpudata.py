@@ -23,7 +23,7 @@ from . import data_dir
 
 __all__ = ["SCHEMA", "PREDICTION_SCHEMA", "DATA_DIR", "GpuDataError", "device_slug",
            "path_for", "load", "load_prediction", "note", "gpu_data", "gpu_note",
-           "compile_lines", "coba_rows", "coba_lines", "record_lines", "mismatch_text",
+           "compile_lines", "coba_rows", "mismatch_text",
            "allocator_limit", "compile_verdict"]
 
 SCHEMA = "shardbook.gpu-check/1"
@@ -109,38 +109,6 @@ def coba_rows(data: dict) -> list[tuple]:
     return [(r["neurons"], r["conn"], r["seconds_per_step"] * 1e6, r["events_per_step"],
              r["compile_s"]) for r in data["timing"].get("coba") or []
             if "seconds_per_step" in r]
-
-
-def coba_lines(data: dict) -> list[str]:
-    """:func:`coba_rows` as a plain-text table, for a notebook."""
-    out = [f"{'neurons':>12}  {'delivery':<8}{'us per step':>13}{'events/step':>13}"
-           f"{'compile s':>11}"]
-    out += [f"{n:>12,}  {conn:<8}{us:>13,.1f}{ev:>13,.0f}{cs:>11.1f}"
-            for n, conn, us, ev, cs in coba_rows(data)]
-    return out
-
-
-def record_lines(data: dict | None) -> list[str]:
-    """The record page's section (Markdown): the note, and the GPU run's figures."""
-    said = note(data)
-    lines = ["## Real-GPU measurements", "", said[:1].upper() + said[1:] + "."]
-    if data is None:
-        return lines
-    prov = data["provenance"]
-    lines += ["", f"Command: `{prov['command']}`; driver: {prov['driver']}; "
-              f"versions that differ from the book's pins: {mismatch_text(data)}.", "",
-              "| neurons | delivery | us per step | events per step | compile (s) |",
-              "| ---: | --- | ---: | ---: | ---: |"]
-    for n, conn, us, events, seconds in coba_rows(data):
-        lines.append(f"| {n:,} | {conn} | {us:,.1f} | {events:,.0f} | {seconds:.1f} |")
-    ten = data["timing"].get("coba_10s")
-    if ten:   # beside BrainPy's published figures: chapter 4b, with what differs
-        lines += ["", f"{ten['simulated_s']:g} s of simulated time at "
-                  f"{ten['neurons']:,} neurons ({ten['conn']} delivery): "
-                  f"{ten['run_s']:.1f} s of wall time, compile "
-                  f"{ten['compile_s']:.1f} s apart (chapter 4b sets it beside "
-                  "BrainPy's published figures)."]
-    return lines
 
 
 def mismatch_text(data: dict) -> str:

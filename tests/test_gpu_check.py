@@ -335,10 +335,12 @@ def test_load_and_note(dry, tmp_path):
         "measured on 1 x NVIDIA H200 (2026-12-01, commit 0123456789ab)"
     )
     assert gpudata.compile_lines(data)[0].startswith("step")
-    assert gpudata.record_lines(data)[0] == "## Real-GPU measurements"
     rows = gpudata.coba_rows(data)  # what chapter 4b prints beside its time model
     assert rows and all(events > 0 for _, _, _, events, _ in rows)
-    assert len(gpudata.coba_lines(data)) == 1 + len(rows)
+    page = record.gpu_lines()   # the record page's section: header, rule, rows
+    assert page[0] == "## Real-GPU measurements" and page[2].startswith("Measured on")
+    assert sum(line.startswith("| ") for line in page) == 2 + len(gpudata.coba_rows(
+        gpu_data("h200")))
 
 
 def test_the_book_reads_the_data_through_the_doorway():
