@@ -37,11 +37,12 @@ from shardbook import gputarget as gt  # noqa: E402
 
 # ----------------------------------------------------- what a program is made from
 # Each stored program records what it was made from: the digest of the *code* its
-# builder runs (:func:`code_digest`: the package modules it imports, docstrings and
-# comments left out), the installed JAX and BrainPy family (:data:`TRACED_BY`), the
-# pinned wheels, the target's spec and the flags.  A stored program whose inputs
-# changed is stale: ``tests/test_gputarget.py`` fails and names this script.  Editing a
-# docstring changes nothing.
+# builder runs (:func:`code_digest`: the builder function, what it uses of its module,
+# and the package modules those import; docstrings and comments left out), the
+# installed JAX and BrainPy family (:data:`TRACED_BY`), the pinned wheels, the
+# target's spec and the flags.  A stored program whose inputs changed is stale:
+# ``tests/test_gputarget.py`` fails and names this script.  Editing a docstring
+# changes nothing; editing one builder leaves the others fresh.
 PACKAGE = ROOT / "shardbook"
 _DIGESTS: dict[str, str] = {}
 
@@ -116,33 +117,74 @@ def source_of(module: str) -> str:
     return _module_file(module).read_text()
 
 
-def code_digest(module: str, read=None) -> str:
-    """The digest of the code that ``module`` runs: it and every package module it
-    imports, transitively (functions' own imports included), with the ``__init__`` of
-    every package on the way, as :func:`code_text` reads them.  A docstring or a
-    comment does not change it; a changed line of code does.  ``read``: a function of
-    a module's name that gives its source (default :func:`source_of`)."""
+def builder_tree(module: str, function: str, read=None) -> ast.Module:
+    """The part of ``module`` that its builder ``function`` runs: the module's top
+    level without its functions and classes (imports, constants; not ``__all__``),
+    ``function``, and the top-level functions, classes and names it uses, transitively.
+    Another builder of the same module is not in it, nor are the imports only that
+    builder makes."""
+    tree = ast.parse((read or source_of)(module))
+    named = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            named[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(t, ast.Name):
+                    named[t.id] = node
+    if function not in named:
+        raise KeyError(f"{module} has no builder {function!r}")
+    keep, todo = [], [function]
+    while todo:
+        node = named[todo.pop()]
+        if any(node is k for k in keep):
+            continue
+        keep.append(node)
+        todo.extend(n.id for n in ast.walk(node)
+                    if isinstance(n, ast.Name) and n.id in named)
+    top = [n for n in tree.body if not isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+            ast.AnnAssign))]
+    kept = [n for n in tree.body if any(n is k for k in keep)]   # in source order
+    return ast.Module(body=top + kept, type_ignores=[])
 
-    if read is None and module in _DIGESTS:
-        return _DIGESTS[module]
-    read = read or source_of
-    seen, todo = set(), [module, gt.__name__]   # it compiles every job
+
+def code_digest(builder: str, read=None) -> str:
+    """The digest of the code that ``builder`` runs (``"module:function"``, or a whole
+    module): for a function, the part of its module it uses (:func:`builder_tree`),
+    then every package module that part imports, transitively (functions' own imports
+    included), with the ``__init__`` of every package on the way, as
+    :func:`code_text` reads them.  A docstring or a comment does not change it; a
+    changed line of code does, and an edit of one builder leaves the others' digests.
+    ``read``: a function of a module's name that gives its source (default
+    :func:`source_of`)."""
+
+    if read is None and builder in _DIGESTS:
+        return _DIGESTS[builder]
+    read_source = read or source_of
+    module, _, function = builder.partition(":")
+    first = builder_tree(module, function, read) if function else \
+        ast.parse(read_source(module))
+    trees = {builder: first}
+    seen, todo = {module}, [*package_imports(module, first), gt.__name__]  # gt compiles
+    parts = module.split(".")
+    todo.extend(".".join(parts[:k]) for k in range(1, len(parts)))
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
-        todo.extend(package_imports(name, ast.parse(read(name))))
+        trees[name] = ast.parse(read_source(name))
+        todo.extend(package_imports(name, trees[name]))
         # importing a.b.c runs the __init__ of a and of a.b first
         parts = name.split(".")
         todo.extend(".".join(parts[:k]) for k in range(1, len(parts)))
     h = hashlib.sha256()
-    for name in sorted(seen):
-        code = code_text(ast.parse(read(name)))
-        h.update(name.encode() + b"\0" + code.encode() + b"\0")
+    for name in sorted(trees):
+        h.update(name.encode() + b"\0" + code_text(trees[name]).encode() + b"\0")
     digest = h.hexdigest()[:16]
-    if read is source_of:
-        _DIGESTS[module] = digest
+    if read is None:
+        _DIGESTS[builder] = digest
     return digest
 
 
@@ -180,7 +222,7 @@ def made_from(job: dict) -> dict:
     pinned wheels, the GPU flags and the target's spec."""
     job = gt.normal_job(job)
     target = job["target"]
-    return {"code": code_digest(job["builder"].partition(":")[0]),
+    return {"code": code_digest(job["builder"]),
             "versions": _versions(), "wheels": gt.wheels_stamp(),
             "flags": " ".join(_flags(target)),
             "spec": "" if target == "cpu" else

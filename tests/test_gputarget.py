@@ -174,6 +174,42 @@ def test_the_code_digest_reads_code_not_docstrings():
     assert gp.code_digest(steps, read("x = 1\n")) != gp.code_digest(steps)
 
 
+def test_an_edit_stales_only_the_builders_that_run_it():
+    """A stored program is keyed by its builder's own code: the builder, the helpers
+    and names it uses, and the package modules those import.  Planted edits: the
+    COBA-HH network's package, the RNN's, the device setup both use, one builder's
+    helper, and a new builder."""
+    steps = "shardbook.gputarget_steps"
+    coba, rnn, cnn = (f"{steps}:{b}" for b in ("coba_hh", "rnn_data_parallel",
+                                               "cnn_data_parallel"))
+
+    def edited(module, old="", new="x = 1\n"):
+        def read(name):
+            text = gp.source_of(name)
+            if name != module:
+                return text
+            assert old in text, old
+            return text.replace(old, new, 1) if old else text + new
+        return {b: gp.code_digest(b, read) for b in (coba, rnn, cnn)}
+
+    now = {b: gp.code_digest(b) for b in (coba, rnn, cnn)}
+
+    def changed(digests):
+        return {b.partition(":")[2] for b in digests if digests[b] != now[b]}
+
+    assert changed(edited("shardbook.coba")) == {"coba_hh"}
+    assert changed(edited("shardbook.rnn")) == {"rnn_data_parallel"}
+    assert changed(edited("shardbook.devices")) == {"coba_hh", "rnn_data_parallel",
+                                                    "cnn_data_parallel"}
+    assert changed(edited(steps, "def _lenet(p, x):\n",
+                          "def _lenet(p, x):\n    p = dict(p)\n")) == {"cnn_data_parallel"}
+    assert changed(edited(steps, new="def new_builder(target):\n    return 1\n")) == set()
+    assert changed(edited(steps, new="import shardbook.coba\n")) == {
+        "coba_hh", "rnn_data_parallel", "cnn_data_parallel"}   # a top-level import
+    with pytest.raises(KeyError, match="no builder 'nothing'"):
+        gp.code_digest(f"{steps}:nothing")
+
+
 def test_every_stored_program_is_fresh():
     """The programs the pages and tests read were compiled from this tree's code.
     A stale one fails here: run `python lab/gpu_programs.py` (it recompiles only
