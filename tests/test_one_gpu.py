@@ -177,3 +177,27 @@ def test_brainpy_remat_saves_the_predicted_bytes_and_a_no_op_fails(num_hid, batc
     keep_all = functools.partial(brainstate.transform.remat,
                                  policy=jax.checkpoint_policies.everything_saveable)
     assert not within(_brainpy_remat_saving(keep_all, num_hid, batch, steps))
+
+
+def test_a_wrapped_bm_scan_body_saves_the_same_bytes():
+    """Page 2c's advice for ``bm.scan``: wrap its body in ``brainstate.transform.remat``
+    (its ``remat=True`` is dropped).  The wrapped body saves 2 T B H x 4 bytes within
+    1 %, with bit-identical gradients; the plain scan saves nothing."""
+    page = _page_cell_definitions()
+    steps, batch, num_hid = 30, 8, 64
+    bm.random.seed(0)
+    cell = page["Cell"](3, num_hid, batch)
+    inputs = bm.asarray(np.ones((steps, batch, 3), np.float32))
+
+    def body(carry, x):
+        return carry, cell.update(x)
+
+    temps, grads = {}, {}
+    for name, fn in (("scan", body), ("wrapped", brainstate.transform.remat(body))):
+        run, compiled = page["compile_cell_grads"](
+            cell, lambda u, fn=fn: bm.scan(fn, 0.0, u)[1], inputs)
+        temps[name] = memory.compiled_memory(compiled)["temporaries"]
+        grads[name] = jax.tree.leaves(run())
+    predicted = 2 * steps * batch * num_hid * 4
+    assert abs(temps["scan"] - temps["wrapped"] - predicted) <= 0.01 * predicted, temps
+    assert all(np.array_equal(a, b) for a, b in zip(grads["scan"], grads["wrapped"]))
