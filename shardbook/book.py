@@ -28,6 +28,7 @@ from .config import CHAPTERS, Config, config
 from .devices import (
     DeviceInfo,
     DeviceSetupError,
+    cpu_devices,
     divisible_size,
     lesson_devices,
     mesh_shape_2d,
@@ -64,7 +65,6 @@ MODULES = {
 
 __all__ = [
     "CHAPTERS", "Config", "DeviceInfo", "DeviceSetupError", "MODULES", "RegionError",
-    "config", "data_dir", "devices", "divisible_size", "mesh_shape_2d", "region",
-    "regions",
-    "setup_devices", "show", "speed_devices",
+    "config", "cpu_devices", "data_dir", "devices", "divisible_size", "mesh_shape_2d",
+    "region", "regions", "setup_devices", "show", "speed_devices",
 ]

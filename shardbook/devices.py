@@ -13,7 +13,8 @@ DEFAULT_NUM_DEVICES = 8
 ENV_VAR = "BOOK_NUM_DEVICES"
 
 __all__ = ["DeviceSetupError", "DeviceInfo", "setup_devices", "lesson_devices",
-           "speed_devices", "requested_cpu_devices", "mesh_shape_2d", "divisible_size"]
+           "speed_devices", "cpu_devices", "requested_cpu_devices", "mesh_shape_2d",
+           "divisible_size"]
 
 
 class DeviceSetupError(RuntimeError):
@@ -82,6 +83,21 @@ def speed_devices() -> list:
     if "info" in _STATE:
         return list(_STATE["info"].speed_devices)
     return lesson_devices()
+
+
+def cpu_devices() -> list:
+    """XLA:CPU's devices, on any machine: for what a page compiles for the CPU on
+    purpose (pages 2c, 4b and 5a).  Raises :class:`DeviceSetupError`, saying how to
+    fix it, when JAX runs without its CPU backend (``JAX_PLATFORMS=cuda``)."""
+    import jax
+
+    try:
+        return list(jax.devices("cpu"))
+    except RuntimeError:
+        raise DeviceSetupError(
+            "This page compiles small programs for the CPU (XLA:CPU), but JAX runs "
+            "without its CPU backend. Add cpu to JAX_PLATFORMS (e.g. "
+            "JAX_PLATFORMS=cuda,cpu) and restart the kernel.") from None
 
 
 def requested_cpu_devices(default: int = DEFAULT_NUM_DEVICES) -> int:

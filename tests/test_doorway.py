@@ -195,3 +195,16 @@ def test_the_doorway_names_what_it_offers():
     found = {p.stem for p in (ROOT / "shardbook").glob("*.py") if p.stem != "__init__"}
     found |= {p.parent.name for p in (ROOT / "shardbook").glob("*/__init__.py")}
     assert found == set(book.MODULES) | doorway, found ^ (set(book.MODULES) | doorway)
+
+
+def test_a_page_that_needs_the_cpu_backend_says_how_to_get_it(monkeypatch):
+    """Pages 2c, 4b and 5a compile for XLA:CPU on any machine: without JAX's CPU
+    backend (JAX_PLATFORMS=cuda) they stop with what to set, not JAX's own error."""
+    assert len(book.cpu_devices()) == len(jax.devices("cpu"))
+
+    def no_cpu(backend=None):
+        raise RuntimeError("Unknown backend cpu requested")
+
+    monkeypatch.setattr(jax, "devices", no_cpu)
+    with pytest.raises(book.DeviceSetupError, match="JAX_PLATFORMS=cuda,cpu"):
+        book.cpu_devices()

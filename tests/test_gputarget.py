@@ -438,7 +438,7 @@ def test_gpu_push_temporaries_count_13_bytes_per_event_slot(gpu, key, neurons):
     """Page 4b's ledger on GPUs: ``coba.predict``'s XLA:GPU temporaries of the push
     step, with its event slots, hold the stored 8 x H200 program within
     ``peak_tolerance``; without the slots they miss it (a planted omission).  The fit
-    is close at 840,000 neurons (3 % under) and loose at 4,200 (19 % over, 99 % of the
+    is close at 840,000 neurons (3 % over) and loose at 4,200 (19 % over, 99 % of the
     tolerance): 13 B a slot is the large network's cost."""
     prog, slots = gpu[key], push_event_slots(neurons, 8)
     sizes = coba.sizes(neurons / 4200)

@@ -180,9 +180,10 @@ def test_brainpy_remat_saves_the_predicted_bytes_and_a_no_op_fails(num_hid, batc
 
 
 def test_a_wrapped_bm_scan_body_saves_the_same_bytes():
-    """Page 2c's advice for ``bm.scan``: wrap its body in ``brainstate.transform.remat``
-    (its ``remat=True`` is dropped).  The wrapped body saves 2 T B H x 4 bytes within
-    1 %, with bit-identical gradients; the plain scan saves nothing."""
+    """Page 2c's advice for ``bm.scan`` at another size: its body wrapped in
+    ``brainstate.transform.remat`` saves 2 T B H x 4 bytes against the plain scan,
+    within 1 %, with bit-identical gradients.  (The page's cell is read from the
+    notebook, which ``tests/test_pairs.py`` keeps equal to its text.)"""
     page = _page_cell_definitions()
     steps, batch, num_hid = 30, 8, 64
     bm.random.seed(0)
