@@ -29,7 +29,7 @@ def pytest_runtest_setup(item):
         item.user_properties.append(("notebook", name))
 
 
-POLL_S = 5.0   # how often a wait for a kernel's message checks that the kernel lives
+POLL_S = 2.0   # how often a wait for a kernel's message checks that the kernel lives
 
 
 def _fail_fast_on_a_dead_kernel():

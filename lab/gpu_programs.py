@@ -163,10 +163,13 @@ def code_digest(builder: str, read=None) -> str:
         return _DIGESTS[builder]
     read_source = read or source_of
     module, _, function = builder.partition(":")
-    first = builder_tree(module, function, read) if function else \
-        ast.parse(read_source(module))
-    trees = {builder: first}
-    seen, todo = {module}, [*package_imports(module, first), gt.__name__]  # gt compiles
+    if function:
+        first = builder_tree(module, function, read)
+        imports, code = package_imports(module, first), code_text(first)
+    else:
+        imports, code = _module_code(module, read_source(module))
+    codes = {builder: code}
+    seen, todo = {module}, [*imports, gt.__name__]   # gt compiles every job
     parts = module.split(".")
     todo.extend(".".join(parts[:k]) for k in range(1, len(parts)))
     while todo:
@@ -174,18 +177,30 @@ def code_digest(builder: str, read=None) -> str:
         if name in seen:
             continue
         seen.add(name)
-        trees[name] = ast.parse(read_source(name))
-        todo.extend(package_imports(name, trees[name]))
+        imports, codes[name] = _module_code(name, read_source(name))
+        todo.extend(imports)
         # importing a.b.c runs the __init__ of a and of a.b first
         parts = name.split(".")
         todo.extend(".".join(parts[:k]) for k in range(1, len(parts)))
     h = hashlib.sha256()
-    for name in sorted(trees):
-        h.update(name.encode() + b"\0" + code_text(trees[name]).encode() + b"\0")
+    for name in sorted(codes):
+        h.update(name.encode() + b"\0" + codes[name].encode() + b"\0")
     digest = h.hexdigest()[:16]
     if read is None:
         _DIGESTS[builder] = digest
     return digest
+
+
+_CODES: dict[tuple[str, str], tuple[set, str]] = {}
+
+
+def _module_code(name: str, source: str) -> tuple[set, str]:
+    """(the package modules it imports, :func:`code_text`) of module ``name`` with
+    this ``source``, parsed once per source text."""
+    if (name, source) not in _CODES:
+        tree = ast.parse(source)
+        _CODES[name, source] = (package_imports(name, tree), code_text(tree))
+    return _CODES[name, source]
 
 
 def _flags(target: str) -> list[str]:
