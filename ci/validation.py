@@ -13,6 +13,7 @@ import configparser
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import notebooks as nbs
@@ -70,12 +71,20 @@ def write() -> None:
     if MARGINS.exists():
         data = json.loads(MARGINS.read_text())
         prov = data["provenance"]
+        parts = Counter(c.get("measured", prov["command"])
+                        for c in data["checks"].values())
         lines += [
-            f"Measured by `{prov['command']}` on {prov['date'][:10]} ({prov['cpu']}, "
-            f"{prov['machine']}; JAX {prov['versions'].get('jax')}). A margin is the "
-            "tolerance divided by the worst observed difference, over every device "
-            "count and XLA:CPU ISA listed; `tests/test_margins.py` requires at least "
-            "10x.", "",
+            f"Measured with `./lab/margins` ({prov['cpu']}, {prov['machine']}; JAX "
+            f"{prov['versions'].get('jax')}), in parts, the last on "
+            f"{prov['date'][:10]}. A margin is the tolerance divided by the worst "
+            "observed difference, over every device count and XLA:CPU ISA listed; "
+            "`tests/test_margins.py` requires at least 10x. The parts (each check's "
+            "`measured` in the data file; those before 2026-12-06 ran the script "
+            "from `ci/`, where it was then):", ""]
+        lines += [f"- {n} check{'s' * (n > 1)}: `{part}`"
+                  for part, n in sorted(parts.items())]
+        lines += [
+            "",
             "| check | tolerance | runs (ISA / devices) | worst margin |",
             "| --- | --- | --- | ---: |"]
         for name, c in data["checks"].items():

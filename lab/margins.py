@@ -47,6 +47,12 @@ def stored_tolerances() -> dict:
     return found
 
 
+def whole_command(last: str) -> str:
+    """The file's command: the checks were measured in parts, each part's own."""
+    return ("./lab/margins, in parts: each check's `measured` names its part's command "
+            f"and date (the last part: {last})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("log", nargs="+", help="gap logs, oldest first")
@@ -101,7 +107,7 @@ def main() -> None:
                  "margin = 1 / worst (null: bit-identical everywhere)",
             cpu=cpu_model(), machine=platform.machine(),
             python=platform.python_version(),
-            versions=versions, command=args.command,
+            versions=versions, command=whole_command(args.command),
             date=datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds")),
         checks=dict(sorted({**kept, **checks}.items())),
