@@ -197,10 +197,11 @@ def make_grad_fn(model: RNN):
 
 
 # region: rnn.step.layouts
-# jit compiles again when an input's layout *spec* changes, even to an equivalent
-# one.  After one step, jit hands back P('hidden', None) as P('hidden',) and Adam's
-# scalar step counter (made on the default device) as replicated on the mesh.  So
-# we give every variable that layout now, and the step compiles only once.
+# After one step, jit hands back Adam's scalar step counter (made on the default
+# device) replicated on the mesh: a new input layout, so the step compiles again.
+# It also respells P('hidden', None) as P('hidden',), which costs nothing (JAX keys
+# equivalent specs alike; tests/test_ch3_parallelism.py counts both).  We give every
+# variable its after-step layout now, and the step compiles only once.
 def settle_layouts(variables, mesh, scalars: bool = True, specs: bool = True):
     """Both fixes by default; tests/test_ch3_parallelism.py tries each alone."""
     for var in variables:
