@@ -353,8 +353,8 @@ def test_a_planted_count_byte_or_memory_change_fails(
     _planted(
         tmp_path,
         monkeypatch,
-        'below = "(6 if donated else 7) * P"',
-        'below = "(6 if donated else 6.1) * P"',
+        'below = "(5 if donated else 6) * P + 1.1 * kept + 65536"',
+        'below = "(5 if donated else 6) * P + 65536"',
     )
     with pytest.raises(AssertionError, match=r"total = [\d,]+ B, expected < "):
         expect.check("rnn.train.memory", mem, **P)
