@@ -261,3 +261,14 @@ def test_push_for_8_h200_has_static_loops_and_an_eighth_of_the_bool_exchange(h20
     assert ids_bytes <= bool_bytes / 8, (ids_bytes, bool_bytes)
     pred = coba.predict(n_exc, n_inh, 8, "push", counters=True)
     assert h200.memory["arguments"] == pred["arguments"]
+
+
+def test_a_projection_too_large_for_int32_row_pointers_is_refused():
+    """Over 2**31 synapses of one projection on one device, the int32 CSR would wrap:
+    the constructor refuses before it allocates anything, and says what to do."""
+    from shardbook.coba.events import EventCSR
+
+    n_post, k = 2**26, 64        # 2**32 synapses on one device
+    assert k * n_post > 2**31 - 1
+    with pytest.raises(ValueError, match="int32 row pointers.*more devices"):
+        EventCSR(None, n_post, 1.0, rows=(n_post, k, jax.random.key(0)))

@@ -30,6 +30,8 @@ __all__ = [
 
 CHUNK_FRACTION = 1 / 256  # a chunk covers this fraction of a device's synapses
 
+INT32_MAX = 2**31 - 1   # the most synapses a device's int32 CSR can number
+
 
 def local_csr(sources, n_pre):
     """One device's CSR by presynaptic row from its ``[k, B]`` block of sources;
@@ -148,6 +150,11 @@ class EventCSR(bp.dnn.Layer):
                 f"{n_post} neurons do not split over {self.devices} devices"
             )
         self.n_local = n_post // self.devices
+        if k * self.n_local > INT32_MAX:   # int32 row pointers and event numbers
+            raise ValueError(
+                f"{k * self.n_local:,} synapses of one projection on one device: more "
+                f"than int32 row pointers hold ({INT32_MAX:,}); split the network over "
+                f"more devices")
         self.chunk = chunk_size(k * self.n_local, chunk_fraction)
         if sources is not None:
             indptr, indices = _csr_builder(mesh, n_pre)(sources)
