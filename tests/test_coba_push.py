@@ -272,3 +272,8 @@ def test_a_projection_too_large_for_int32_row_pointers_is_refused():
     assert k * n_post > 2**31 - 1
     with pytest.raises(ValueError, match="int32 row pointers.*more devices"):
         EventCSR(None, n_post, 1.0, rows=(n_post, k, jax.random.key(0)))
+    # just under 2**31 on average, but the random rows' room (10 sd more) is over
+    n_post = (2**31 - 1000) // k
+    assert k * n_post < 2**31 - 1
+    with pytest.raises(ValueError, match="int32 row pointers"):
+        EventCSR(None, n_post, 1.0, rows=(n_post, k, jax.random.key(0)))

@@ -25,12 +25,20 @@ from .parameters import NEURON
 
 __all__ = [
     "CHUNK_FRACTION", "local_csr", "rows_capacity", "random_rows", "deliver",
-    "chunk_size", "EventCSR"
+    "chunk_size", "check_int32", "EventCSR"
 ]
 
 CHUNK_FRACTION = 1 / 256  # a chunk covers this fraction of a device's synapses
 
 INT32_MAX = 2**31 - 1   # the most synapses a device's int32 CSR can number
+
+
+def check_int32(count: int, what: str) -> None:
+    """``ValueError`` if ``count`` (per device) is more than int32 can number."""
+    if count > INT32_MAX:
+        raise ValueError(f"{count:,} {what} on one device: more than int32 row "
+                         f"pointers hold ({INT32_MAX:,}); split the network over more "
+                         "devices")
 
 
 def local_csr(sources, n_pre):
@@ -150,12 +158,11 @@ class EventCSR(bp.dnn.Layer):
                 f"{n_post} neurons do not split over {self.devices} devices"
             )
         self.n_local = n_post // self.devices
-        if k * self.n_local > INT32_MAX:   # int32 row pointers and event numbers
-            raise ValueError(
-                f"{k * self.n_local:,} synapses of one projection on one device: more "
-                f"than int32 row pointers hold ({INT32_MAX:,}); split the network over "
-                f"more devices")
-        self.chunk = chunk_size(k * self.n_local, chunk_fraction)
+        synapses = k * self.n_local
+        self.chunk = chunk_size(synapses, chunk_fraction)
+        # int32 row pointers, and event numbers that run one chunk past the last
+        room = rows_capacity(k, self.n_local) if sources is None else synapses
+        check_int32(max(room, synapses + self.chunk), "synapses of one projection")
         if sources is not None:
             indptr, indices = _csr_builder(mesh, n_pre)(sources)
         else:

@@ -12,7 +12,7 @@ import numpy as np
 import brainpy as bp
 import brainpy.math as bm
 
-from .events import EventCSR
+from .events import EventCSR, check_int32
 from .parameters import (
     DEFAULT_CONN,
     DT,
@@ -230,6 +230,7 @@ def _count_sources(sources, n_pre):
 def _csr_conn(sources: np.ndarray, n_pre: int, n_post: int):
     """A ``[k, n_post]`` source matrix as BrainPy's CSR connector (pre -> post)."""
     k = sources.shape[0]
+    check_int32(k * n_post, "synapses of one projection")   # BrainPy's int32 CSR
     pre = sources.T.reshape(-1)
     post = np.repeat(np.arange(n_post, dtype=np.int32), k)
     order = np.argsort(pre, kind="stable")
