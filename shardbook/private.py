@@ -16,6 +16,8 @@ installed version is the pinned one, else fails with a message that names it.
    :mod:`shardbook.gputarget`.
 5. :func:`replace_mystnb_stream_merge`: myst-nb's ``render.coalesce_streams``
    (``_ext/site_fixes.py``).
+6. :func:`hlo_bytes_accessed`: ``jaxlib._hlo.hlo_module_from_text`` and
+   ``jaxlib._jax.hlo_module_cost_analysis``, to cost one computation of a program.
 
 This module imports nothing from JAX at import time.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from unittest import mock
 
 __all__ = ["PINNED_JAX", "PINNED_ORBAX", "PINNED_BRAINSTATE", "PINNED_MYSTNB",
@@ -30,7 +33,7 @@ __all__ = ["PINNED_JAX", "PINNED_ORBAX", "PINNED_BRAINSTATE", "PINNED_MYSTNB",
            "gloo_on_loopback", "cluster_types", "detector_variables", "detect_cluster",
            "orbax_reads_recorded", "ORBAX_KILL_BEFORE_COMMIT", "bm_jit_parts",
            "replace_state_values",
-           "replace_mystnb_stream_merge"]
+           "replace_mystnb_stream_merge", "hlo_bytes_accessed"]
 
 PINNED_JAX = "0.10.2"
 PINNED_ORBAX = "0.12.8"
@@ -205,3 +208,28 @@ def replace_mystnb_stream_merge(merge) -> None:
     if not hasattr(render, "coalesce_streams"):
         raise PrivateAPIError("myst_nb.core.render.coalesce_streams is gone")
     render.coalesce_streams = merge
+
+
+# ------------------------------------------------------------ 6. XLA's cost analysis
+def hlo_bytes_accessed(text: str, entry: str | None = None) -> float:
+    """XLA's cost analysis ("bytes accessed") of the HLO module ``text``, on the CPU
+    client, counted from computation ``entry`` (default: the module's own entry).
+
+    ``Compiled.cost_analysis()`` counts from the entry only, so a ``while`` body counts
+    once beside everything XLA hoisted out of the loop.  To cost the body alone, the
+    text is parsed again with ``entry`` marked as the entry computation."""
+    require_jax("hlo_bytes_accessed")
+    import jax
+    from jaxlib import _hlo, _jax
+
+    if entry is not None:
+        head = re.compile(r"^%?" + re.escape(entry.lstrip("%")) + r" \(")
+        lines = [ln[6:] if ln.startswith("ENTRY ") else ln for ln in text.splitlines()]
+        found = [i for i, ln in enumerate(lines) if head.match(ln)]
+        if len(found) != 1:
+            raise ValueError(f"no computation {entry!r} in this program")
+        lines[found[0]] = "ENTRY " + lines[found[0]]
+        text = "\n".join(lines)
+    module = _hlo.hlo_module_from_text(text)
+    cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
+    return float(cost["bytes accessed"])

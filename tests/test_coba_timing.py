@@ -77,9 +77,10 @@ def test_any_custom_call_is_refused_not_only_the_books():
                                 meta={"bytes_accessed": 1.0})
         with pytest.raises(ValueError, match=re.escape(target)):
             coba.timemodel.program_bytes(prog)
-    plain = "ENTRY %main (p: f32[4]) -> f32[4] {\n  ROOT %n = f32[4] negate(%p)\n}\n"
-    assert coba.timemodel.program_bytes(
-        hlo.Program(plain, "cpu", meta={"bytes_accessed": 32.0})) == 32.0
+    plain = ("HloModule m\n\nENTRY %main (p: f32[4]) -> f32[4] {\n"
+             "  %p = f32[4] parameter(0)\n  ROOT %n = f32[4] negate(%p)\n}\n")
+    assert coba.timemodel.program_bytes(  # recounted from the text: 16 B in, 16 out
+        hlo.Program(plain, "cpu", meta={"bytes_accessed": 1.0})) == 32.0
     with pytest.raises(ValueError, match="no cost analysis"):  # a GPU target's Program
         coba.timemodel.program_bytes(hlo.Program(plain, "gpu"))
 

@@ -129,6 +129,7 @@ def test_pins_match_requirements():
         lambda: private.cluster_types(),
         lambda: private.detector_variables(),
         lambda: private.detect_cluster({}),
+        lambda: private.hlo_bytes_accessed(""),
     ],
 )
 def test_jax_guard_names_the_pinned_version(monkeypatch, call):

@@ -1,14 +1,14 @@
 """A time model of one network step that counts what the compiled program does.
 
-Six terms per step and device on n devices: memory, split (XLA's bytes accessed, fitted
-as a / n + b over CPU compiles: the only term that shrinks); memory on every device
-(b); exchange over the link (the all-gathers' result bytes); collective latency
-(collectives x NCCL's ring model: grows with n); kernel launches (from GPU-target HLO;
-a run of >= 5 fusions is one CUDA graph); host round-trips (loops of unknown trip
-count).  :func:`check_bytes` fails a model that divides a non-shrinking term by ``n``
-(``tests/test_coba_timemodel.py`` plants one).  :data:`HARDWARE` (sources in
-:data:`SOURCES`) is H200s, 8 per NVLink node, nodes on InfiniBand.  Byte counts are
-XLA:CPU's ``cost_analysis()``: logical traffic, not a measured GPU figure.
+Six terms per step and device on n devices: memory, split (XLA's bytes accessed by the
+time loop's body, fitted as a / n + b over CPU compiles: the only term that shrinks);
+memory on every device (b); exchange over the link (the all-gathers' result bytes);
+collective latency (collectives x NCCL's ring model: grows with n); kernel launches
+(from GPU-target HLO; a run of >= 5 fusions is one CUDA graph); host round-trips (loops
+of unknown trip count).  :func:`check_bytes` fails a model that divides a non-shrinking
+term by ``n`` (``tests/test_coba_timemodel.py`` plants one).  :data:`HARDWARE`
+(sources in :data:`SOURCES`) is H200s, 8 per NVLink node, nodes on InfiniBand.  Byte
+counts are XLA:CPU's cost analysis of one step: logical traffic, not a GPU figure.
 """
 from __future__ import annotations
 
@@ -72,11 +72,14 @@ def fit_bytes(counts, measured) -> tuple[float, float]:
 
 
 def program_bytes(compiled) -> float:
-    """Bytes one device accesses per run of a compiled program (a loop body counts
-    once), from XLA's cost analysis of a ``jax.stages.Compiled`` or a
-    ``shardbook.gputarget`` :class:`shardbook.hlo.Program`.  ``ValueError`` for a custom
-    call (XLA counts its work as nothing) or no cost analysis."""
-    from .. import hlo
+    """Bytes one device accesses per step: XLA:CPU's cost analysis of the time loop's
+    body (:meth:`shardbook.hlo.Program.time_loop`), or of the whole program if it has
+    no loop, for a CPU-compiled ``jax.stages.Compiled`` or a ``shardbook.gputarget``
+    :class:`shardbook.hlo.Program` of target ``"cpu"``.  What XLA hoisted out of the
+    loop runs once per call, so it is left out; a loop inside the body counts once, and
+    an unrolled body counts as one step.  ``ValueError`` for a custom call (XLA counts
+    its work as nothing), a GPU program, or a program stored without its text."""
+    from .. import hlo, private
 
     prog = compiled if isinstance(compiled, hlo.Program) else \
         hlo.Program(compiled.as_text())
@@ -86,17 +89,21 @@ def program_bytes(compiled) -> float:
             "XLA's cost analysis counts no bytes inside a custom call "
             f"({', '.join(calls)}): compile the XLA path (the push delivery: "
             "kernel='xla'), the one a GPU runs, to count its work")
-    if isinstance(compiled, hlo.Program):
-        cost = {"bytes accessed": compiled.meta["bytes_accessed"]} \
-            if "bytes_accessed" in compiled.meta else None
-    else:
-        cost = compiled.cost_analysis()
-    if isinstance(cost, (list, tuple)):
-        cost = cost[0]
-    if not cost or "bytes accessed" not in cost:
+    if isinstance(compiled, hlo.Program) and "bytes_accessed" not in compiled.meta:
         raise ValueError("this compiled program reports no cost analysis (a GPU-target "
                          "compile without a GPU reports none)")
-    return float(cost["bytes accessed"])
+    if prog.text is None:
+        raise ValueError("this Program was stored without its text: compile it again")
+    if not isinstance(compiled, hlo.Program):
+        import jax
+
+        if any(d.platform != "cpu" for sharding in jax.tree.leaves(
+                compiled.input_shardings) for d in sharding.device_set):
+            raise ValueError("program_bytes counts XLA:CPU programs: compile on "
+                             "book.cpu_devices()")
+    loops = [w for w in prog.whiles if w.outer is None]
+    return private.hlo_bytes_accessed(prog.text, prog.time_loop().body if loops
+                                      else None)
 
 
 _NOT_KERNELS = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant",
@@ -224,7 +231,7 @@ def measure(conn: str, scale: float = 1, counts=(1, 2, 4), devices=None, steps: 
         compiled = Simulation(net, record=()).compile(steps)
         measured[n] = program_bytes(compiled)
     census = _census(conn, net.n_exc + net.n_inh, measured, compiled.as_text(),
-                     "XLA:CPU cost_analysis", kwargs)
+                     "XLA:CPU cost analysis of the loop body", kwargs)
     return census, measured
 
 
@@ -243,7 +250,7 @@ def measure_at(conn: str, neurons: int, counts=(1, 2, 4, 8), steps: int = 4,
     measured = {n: program_bytes(p) for n, p in zip(counts, progs)}
     text = progs[-1].text
     census = _census(conn, neurons, measured, text,
-                     "XLA:CPU cost_analysis of the program traced at size", kwargs)
+                     "XLA:CPU cost analysis of the loop body, traced at size", kwargs)
     return census, measured
 
 
