@@ -358,6 +358,18 @@ def test_a_planted_count_byte_or_memory_change_fails(
     )
     with pytest.raises(AssertionError, match=r"total = [\d,]+ B, expected < "):
         expect.check("rnn.train.memory", mem, **P)
+    # the donated step keeps 1.02-1.08 of `kept` beside 5P: a coefficient of 1 fails
+    # where kept is large beside the 64 KiB, on one device (1.046 kept there)
+    _planted(
+        tmp_path,
+        monkeypatch,
+        'below = "(5 if donated else 6) * P + 1.1 * kept + 65536"',
+        'below = "(5 if donated else 6) * P + 1.0 * kept + 65536"',
+    )
+    with pytest.raises(AssertionError, match=r"total = [\d,]+ B, expected < "):
+        expect.check("rnn.train.memory",
+                     compiled_here("rnn_functional", dict(RNN3, donate=True), 1),
+                     **_train_memory(1, donate=True))
 
 
 def test_a_wrong_step_or_size_is_caught(cpu_programs):
