@@ -32,7 +32,7 @@
 # JAX's own traffic: the coordinator on 127.0.0.1 and a free port, given explicitly
 # (JAX_COORDINATOR_ADDRESS, JAX_COORDINATOR_BIND_ADDRESS: the default binds every
 # interface), and the Gloo collectives on 127.0.0.1 (BOOK_GLOO_LOOPBACK, see
-# shardbook/jax_private.py).  On a cluster none of this applies: use mpirun_gpu.sh.
+# shardbook/private.py).  On a cluster none of this applies: use mpirun_gpu.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -11,11 +11,12 @@
 #
 # How JAX finds the other processes: mpirun starts GPUS_PER_NODE processes per node and
 # sets OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_LOCAL_RANK.
-# Open MPI 4 also sets OMPI_MCA_orte_hnp_uri, from which jax.distributed.initialize()
-# takes the coordinator's IP (JAX 0.10.2, jax/_src/clusters/ompi_cluster.py); process i
-# on a node drives GPU number OMPI_COMM_WORLD_LOCAL_RANK.  Open MPI 5 no longer sets
-# OMPI_MCA_orte_hnp_uri, and JAX 0.10.2 does not detect it (jax-ml/jax#14576), so this
-# script also exports JAX_COORDINATOR_ADDRESS and train_rnn.py passes the values itself.
+# Open MPI 4 also sets OMPI_MCA_orte_hnp_uri, from which JAX 0.10.2 detects the rank
+# and count (jax/_src/clusters/ompi_cluster.py); process i on a node drives GPU number
+# OMPI_COMM_WORLD_LOCAL_RANK.  Open MPI 5 no longer sets OMPI_MCA_orte_hnp_uri, and JAX
+# 0.10.2 does not detect it (jax-ml/jax#14576), so train_rnn.py passes the values itself.
+# This script exports JAX_COORDINATOR_ADDRESS, which jax.distributed.initialize() reads
+# before any detection: under Open MPI 4 and 5 alike the coordinator is FIRST_NODE:61234.
 # Every process must see all the GPUs of its node: do not set CUDA_VISIBLE_DEVICES per rank.
 set -euo pipefail
 

@@ -68,7 +68,7 @@ GPUS = {
 
 
 # region: hardware.budget
-# JAX's default XLA_PYTHON_CLIENT_MEM_FRACTION (JAX docs, "GPU memory allocation"):
+# JAX's default XLA_CLIENT_MEM_FRACTION (JAX docs, "GPU memory allocation"):
 # XLA's GPU allocator "will use up to" total_memory * memory_fraction bytes
 # (xla/pjrt/gpu/se_gpu_pjrt_client.cc), of the memory the device reports.
 JAX_MEM_FRACTION = 0.75
