@@ -160,11 +160,13 @@ class Target:
         else:
             from jax.experimental import topologies
 
+            # region: gputarget.topology
             devices = 8 if devices is None else devices
             topo = topologies.get_topology_desc(
                 platform="cuda", topology=f"1x{hosts}x{devices}",
-                target_config=spec_text(self.kind))
-            self.devices = list(topo.devices)
+                target_config=spec_text(self.kind))   # the GPU's text proto
+            self.devices = list(topo.devices)   # compile-only devices, no memory
+            # endregion
             self.description = (f"{hosts * devices} x {TARGETS[self.kind][1]}"
                                 + (f" ({hosts} hosts)" if hosts > 1 else ""))
         self.n = len(self.devices)
@@ -181,6 +183,7 @@ class Target:
                                  f"{self.n} needed")
         return np.array(devs).reshape(shape if shape is not None else (self.n,))
 
+    # region: gputarget.struct
     def mesh(self, shape=None, names=("x",)):
         """The mesh to compile for (compile-only GPU devices, or this process's)."""
         import numpy as np
@@ -203,6 +206,7 @@ class Target:
         import jax
 
         return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=self.sharding(spec))
+    # endregion
 
     def bm_step(self, step, *args, resize=None):
         """A BrainPy ``bm.jit`` function as ``(plain jax.jit, (state_values, *args))``.

@@ -171,6 +171,7 @@ def read(path, program) -> Trace:
                         str(path))
 
 
+# region: traces.record
 def record(fn, *args, steps: int, log_dir) -> Path:
     """Run ``fn(*args)`` ``steps`` times, each annotated and waited for, inside
     ``jax.profiler.trace(log_dir)``; return the new ``.xplane.pb`` (``RuntimeError``
@@ -187,3 +188,4 @@ def record(fn, *args, steps: int, log_dir) -> Path:
     if len(new) != 1:
         raise RuntimeError(f"expected one new trace under {log_dir}, found {new}")
     return new[0]
+# endregion
