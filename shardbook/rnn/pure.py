@@ -278,8 +278,7 @@ def fsdp_grad_fn(mesh, axis: str = "batch", **options):
 
     FSDP (ZeRO stage 3, arXiv:1910.02054): the batch is split over ``axis``, and the
     weights and returned gradients are stored split over it too, as :func:`fsdp_specs`
-    (the gradients: an all-reduce, then each device keeps its slice; neither compiler
-    makes a reduce-scatter of this step, page 3c)."""
+    (the gradients by a reduce-scatter; XLA:CPU writes all-reduce then slice)."""
     ps = {k: NamedSharding(mesh, s) for k, s in fsdp_specs(axis).items()}
     data, rep = NamedSharding(mesh, P(axis)), NamedSharding(mesh, P())
 
