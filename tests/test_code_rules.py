@@ -84,3 +84,59 @@ def test_code_lines_count_code_only():
     text = 'def f(x):\n    """Twice\n    x."""\n\n    # a comment\n    return 2 * x\n'
     assert code_lines(text) == 2
     assert code_lines(text + "y = '''not a docstring'''\n") == 3
+
+
+# ------------------------------------------------------- asserts sit in hide-cells
+# CONTRIBUTING.md's tags: a page states its verdict, the assert proving it sits in a
+# hide-cell.  A visible cell may keep an assert only inside a function, or where it
+# guards the very next line (a subprocess's output, a match before .group): counted
+# here per page, exactly, so that a new visible assert fails.
+GUARDS = {"05a-multi-process": 1, "05c-troubleshooting": 1, "07-newer-jax-tools": 1}
+
+
+def visible_asserts(code: str) -> int:
+    """Top-level asserts (``assert``, ``np.testing.assert_*``) of a cell's code, not
+    counting those inside a function definition.  IPython lines are skipped."""
+    plain = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
+                      for ln in code.splitlines())
+    found = 0
+
+    def walk(node, in_def=False):
+        nonlocal found
+        in_def = in_def or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                             ast.Lambda))
+        if not in_def and isinstance(node, ast.Assert):
+            found += 1
+        if (not in_def and isinstance(node, ast.Call)
+                and ast.unparse(node.func).startswith("np.testing.assert")):
+            found += 1
+        for child in ast.iter_child_nodes(node):
+            walk(child, in_def)
+
+    walk(ast.parse(plain))
+    return found
+
+
+def test_asserts_sit_in_hide_cells():
+    import notebooks as nbs  # ci/notebooks.py (tests/conftest.py puts ci/ on the path)
+
+    found = {}
+    for path in nbs.notebooks():
+        count = sum(visible_asserts(nbs.source(cell))
+                    for cell in nbs.code_cells(nbs.load(path))
+                    if not nbs.tags(cell) & {"hide-cell", "remove-cell"})
+        if count:
+            found[path.stem] = count
+    assert found == GUARDS, (
+        f"visible asserts per page {found}, allowed {GUARDS}: move an assert into a "
+        "hide-cell after its cell (CONTRIBUTING.md), or, where it guards the next "
+        "line, count it in GUARDS")
+
+
+def test_the_rule_sees_a_planted_visible_assert():
+    assert visible_asserts("x = 1\nprint(x)\n") == 0
+    assert visible_asserts("x = 1\nassert x == 1\n") == 1
+    loop = "for i in range(2):\n    np.testing.assert_equal(i, i)\n"
+    assert visible_asserts(loop) == 1
+    assert visible_asserts("def f(x):\n    assert x\n    return x\n") == 0
+    assert visible_asserts("%matplotlib inline\nassert True\n") == 1
