@@ -280,6 +280,24 @@ def test_gpu_entry_holds(case, gpu_programs):
     print(expect.check(case.step, prog, **case.params(prog.devices)))
 
 
+# The forward step at the chapter's sizes but T = 40 and 44: all the outputs take
+# 10,240 and 11,264 B, the two sides of where XLA:GPU stops moving their all-reduce out
+# of the loop (the `when` of the rnn.hidden GPU entries).
+OUTPUTS_EDGE = {T: shared.register("rnn_forward", {"T": T}) for T in (40, 44)}
+
+
+def test_the_outputs_all_reduce_leaves_the_loop_up_to_10240_bytes():
+    progs = shared.gpu_programs(OUTPUTS_EDGE)
+    sizes = {k: CH3[k] for k in ("B", "H", "O")}
+    in_loop = {T: [c.per_step for c in p.collectives if c.op == "all-reduce"]
+               for T, p in progs.items()}
+    assert in_loop == {40: [False], 44: [True]}
+    assert 4 * 40 * sizes["B"] * sizes["O"] == 10240
+    expect.check("rnn.hidden.forward", progs[40], T=40, **sizes)   # inside the entry
+    with pytest.raises(expect.ExpectationMissing, match="10240"):
+        expect.check("rnn.hidden.forward", progs[44], T=44, **sizes)
+
+
 def test_while_loops_carry_known_trip_counts(cpu_programs, gpu_programs):
     """XLA writes the trip count it proved into each while's backend_config; Program
     reads it on both compilers (issue 19 asserts that no loop lacks one)."""

@@ -89,18 +89,19 @@ def program_bytes(compiled) -> float:
             "XLA's cost analysis counts no bytes inside a custom call "
             f"({', '.join(calls)}): compile the XLA path (the push delivery: "
             "kernel='xla'), the one a GPU runs, to count its work")
-    if isinstance(compiled, hlo.Program) and "bytes_accessed" not in compiled.meta:
-        raise ValueError("this compiled program reports no cost analysis (a GPU-target "
-                         "compile without a GPU reports none)")
-    if prog.text is None:
-        raise ValueError("this Program was stored without its text: compile it again")
-    if not isinstance(compiled, hlo.Program):
+    if isinstance(compiled, hlo.Program):
+        cpu = compiled.compiler == "cpu"
+    else:
         import jax
 
-        if any(d.platform != "cpu" for sharding in jax.tree.leaves(
-                compiled.input_shardings) for d in sharding.device_set):
-            raise ValueError("program_bytes counts XLA:CPU programs: compile on "
-                             "book.cpu_devices()")
+        cpu = all(d.platform == "cpu" for sharding in jax.tree.leaves(
+            compiled.input_shardings) for d in sharding.device_set)
+    if not cpu:
+        raise ValueError("program_bytes counts XLA:CPU programs (a GPU-target compile "
+                         "without a GPU reports no cost analysis): compile on "
+                         "book.cpu_devices()")
+    if prog.text is None:
+        raise ValueError("this Program was stored without its text: compile it again")
     loops = [w for w in prog.whiles if w.outer is None]
     return private.hlo_bytes_accessed(prog.text, prog.time_loop().body if loops
                                       else None)
