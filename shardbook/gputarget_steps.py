@@ -164,21 +164,24 @@ def rnn_shard_map(target, B=None, T=None, I=None, H=None, O=None,
 
 
 def rnn_fsdp(target, B=None, T=None, I=None, H=None, O=None,
-             lr=None):
+             lr=None, grads_only: bool = False):
     """Chapter 3: one FSDP Adam step of the RNN
     (``shardbook.rnn.pure.fsdp_train_step``): batch, weights and moments split over
-    ``'batch'``."""
-    from .rnn.pure import fsdp_specs, fsdp_train_step
+    ``'batch'``; ``grads_only=True``: the gradients alone (``fsdp_grad_fn``), each used
+    once (page 3c's control of the reduce-scatter rule)."""
+    from .rnn.pure import fsdp_grad_fn, fsdp_specs, fsdp_train_step
 
     c = _sizes("ch3", target, dict(B=B, T=T, I=I, H=H, O=O, lr=lr))
     B, T, I, H, O, lr = (c[k] for k in ("B", "T", "I", "H", "O", "lr"))
 
     mesh = target.mesh((target.n,), ("batch",))
     params = _weights(target, I, H, O, fsdp_specs())
-    opt = {"m": dict(params), "v": dict(params),
-           "t": target.struct((), jnp.int32, P())}
     xs = target.struct((B, T, I), _F32, P("batch"))
     ys = target.struct((B, T, O), _F32, P("batch"))
+    if grads_only:
+        return fsdp_grad_fn(mesh), (params, xs, ys)
+    opt = {"m": dict(params), "v": dict(params),
+           "t": target.struct((), jnp.int32, P())}
     return fsdp_train_step(mesh, lr=lr), (params, opt, xs, ys)
 
 
