@@ -29,82 +29,49 @@ import sys
 import tempfile
 import time
 
+from . import child
+from .multiprocess import LOOPBACK, free_port
+
 __all__ = ["missing_rank", "dead_rank", "compilation_cache", "summation_orders",
            "WORKER_PREFIX"]
 
 WORKER_PREFIX = "SHARDBOOK-CLUSTER "
-LOOPBACK = "127.0.0.1"
 
 
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-def _env(extra=None) -> dict:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("XLA_FLAGS", "BOOK_NUM_DEVICES")
-    }
-    env.update(JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
-    env.update(extra or {})
-    return env
+def _start(rank: int, port: int, processes: int, mode: str, **opts) -> child.Child:
+    """Start one rank (``python -m shardbook.cluster worker ...``) by the book's child
+    protocol (:mod:`shardbook.child`): its own session, output to files, a CPU-only
+    environment."""
+    return child.start(
+        "shardbook.cluster", "worker", "--rank", rank, "--port", port,
+        "--processes", processes, "--mode", mode, "--opts", json.dumps(opts),
+        env=child.clean_env(dict(JAX_PLATFORMS="cpu")))
 
 
-def _start(rank: int, port: int, processes: int, mode: str, **opts) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        "-m",
-        "shardbook.cluster",
-        "worker",
-        "--rank",
-        str(rank),
-        "--port",
-        str(port),
-        "--processes",
-        str(processes),
-        "--mode",
-        mode,
-        "--opts",
-        json.dumps(opts),
-    ]
-    return subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        start_new_session=True,
-    )
-
-
-def _finish(procs, timeout_s: float) -> list[dict]:
-    """Wait for every process (kill all at ``timeout_s``): exit code, time, output."""
+def _finish(procs: list[child.Child], timeout_s: float) -> list[dict]:
+    """Wait for every rank (kill all at ``timeout_s``): exit code, time, reports and
+    the end of stderr.  A rank reports many marked lines, not one answer: it may die
+    between two of them, which is what these functions show."""
     t0, out = time.monotonic(), []
     for p in procs:
         left = max(0.1, timeout_s - (time.monotonic() - t0))
         try:
-            stdout, stderr = p.communicate(timeout=left)
+            p.proc.wait(timeout=left)
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            stdout, stderr = p.communicate()
+            p.kill()
         reports = [
             json.loads(ln[len(WORKER_PREFIX) :])
-            for ln in stdout.splitlines()
+            for ln in p.stdout().splitlines()
             if ln.startswith(WORKER_PREFIX)
         ]
         out.append(
             dict(
-                returncode=p.returncode,
+                returncode=p.proc.returncode,
                 reports=reports,
                 ended=time.time(),
                 stderr=[
                     ln
-                    for ln in stderr.strip().splitlines()
+                    for ln in p.stderr().strip().splitlines()
                     if ln.strip() and not ln.startswith("    @")
                 ][-12:],
             )
@@ -115,9 +82,8 @@ def _finish(procs, timeout_s: float) -> list[dict]:
 def missing_rank(initialization_timeout: int = 5, timeout_s: float = 120) -> dict:
     """Start rank 0 of 2, never rank 1: how long ``initialize`` waits, what it says."""
     t0 = time.monotonic()
-    (r,) = _finish(
-        [_start(0, _port(), 2, "init", init_timeout=initialization_timeout)], timeout_s
-    )
+    rank = _start(0, free_port(), 2, "init", init_timeout=initialization_timeout)
+    (r,) = _finish([rank], timeout_s)
     return dict(
         seconds=time.monotonic() - t0,
         returncode=r["returncode"],
@@ -131,7 +97,7 @@ def dead_rank(
 ) -> dict:
     """2 ranks run a collective every 50 ms; rank 1 is SIGKILLed after
     ``kill_after_steps``.  How rank 0 ends, and how long after the kill."""
-    port = _port()
+    port = free_port()
     procs = [
         _start(
             r,
@@ -168,7 +134,7 @@ def compilation_cache(cache_dir=None, timeout_s: float = 240) -> dict:
     cache_dir = tempfile.mkdtemp(prefix="jax-cache-") if own else str(cache_dir)
     runs = []
     for _ in range(2):
-        port = _port()
+        port = free_port()
         res = _finish(
             [_start(r, port, 2, "cache", cache_dir=cache_dir) for r in (0, 1)],
             timeout_s,
@@ -229,8 +195,8 @@ def _report(**kw):
 def worker(rank: int, port: int, processes: int, mode: str, opts: dict) -> int:
     """One rank of a reproduced cluster failure (``mode``: init, loop or cache).
 
-    Long because: each mode is a few lines of one rank's life (start, then hang, die or
-    compile), and the page reads them as the one script a real rank would run."""
+    Long because: each mode is a few lines of one rank's life (hang, die or compile)
+    after the start-up that all three share, as one real rank's script would be."""
     import jax
 
     jax.config.update("jax_num_cpu_devices", 1)
