@@ -14,7 +14,6 @@ __all__ = ["GPUS", "HARDWARE", "JAX_MEM_FRACTION", "SOURCES",
            "allgather_latency", "budget_bytes", "gpu", "link_seconds",
            "ring_sent_bytes", "ring_traffic", "sent_per_call"]
 
-# region: hardware.h200
 HARDWARE = dict(
     hbm_bytes_per_s=4.8e12,       # H200 HBM3e
     nvlink_bytes_per_s=450e9,     # NVLink 4, per direction (900 GB/s both ways)
@@ -27,7 +26,6 @@ HARDWARE = dict(
     launch_s=2e-6,                # one kernel launch on the GPU's stream
     host_sync_s=10e-6,            # device->host copy of a predicate and a wait
 )
-# endregion
 SOURCES = dict(
     hbm_bytes_per_s="NVIDIA H200 Tensor Core GPU datasheet: 4.8 TB/s HBM3e",
     nvlink_bytes_per_s="NVIDIA H200 datasheet: NVLink 900 GB/s (both directions)",
@@ -67,7 +65,6 @@ GPUS = {
 # endregion
 
 
-# region: hardware.budget
 # JAX's default XLA_CLIENT_MEM_FRACTION (JAX docs, "GPU memory allocation"):
 # XLA's GPU allocator "will use up to" total_memory * memory_fraction bytes
 # (xla/pjrt/gpu/se_gpu_pjrt_client.cc), of the memory the device reports.
@@ -79,7 +76,6 @@ def budget_bytes(name: str, fraction: float = JAX_MEM_FRACTION) -> float:
     memory the device reports (``memory_bytes``, XLA's device spec), the cap of XLA's
     allocator whether it preallocates or not.  The book's one budget."""
     return fraction * gpu(name)["memory_bytes"]
-# endregion
 
 
 def gpu(name: str) -> dict:
@@ -92,7 +88,6 @@ def gpu(name: str) -> dict:
     return GPUS[key]
 
 
-# region: hardware.nccl
 def allgather_latency(n: int, hw: dict = HARDWARE) -> float:
     """NCCL's ring model of an all-gather's latency over ``n`` GPUs (tuning.cc):
     base + (steps inside nodes) x intra-node hop + (steps between nodes) x network
@@ -116,7 +111,6 @@ def link_seconds(gathered_bytes: float, n: int, hw: dict = HARDWARE) -> float:
     same_node = (min(n, g) - 1) / n * gathered_bytes
     other_nodes = max(n - g, 0) / n * gathered_bytes
     return same_node / hw["nvlink_bytes_per_s"] + other_nodes / hw["net_bytes_per_s"]
-# endregion
 
 
 # region: hardware.ring

@@ -155,12 +155,7 @@ def test_no_notebook_cuts_source_by_string():
     for path in nbs.notebooks():
         code = _notebook_code(path)
         for banned in ("getsource", "excerpt(", "show_source(", "source_section("):
-            if path.stem in NOT_YET_MIGRATED:
-                continue
             assert banned not in code, f"{path.name} shows source with {banned}"
-
-
-NOT_YET_MIGRATED: set[str] = set()  # every notebook is on the doorway
 
 
 def test_region_markers(tmp_path):

@@ -25,7 +25,6 @@ import pytest
 from shardbook import book
 
 ROOT = Path(__file__).resolve().parents[1]
-NOT_YET_MIGRATED: set[str] = set()  # files exempt from the rule: none
 
 
 def _notebook_code(path: Path) -> str:
@@ -50,7 +49,7 @@ def _sources():
             out.append((str(path.relative_to(ROOT)), path.read_text()))
     for path in sorted((ROOT / "book").glob("*.ipynb")):
         out.append((str(path.relative_to(ROOT)), _notebook_code(path)))
-    return [(name, text) for name, text in out if name not in NOT_YET_MIGRATED]
+    return out
 
 
 def _public(module) -> set:

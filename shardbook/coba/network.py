@@ -74,7 +74,6 @@ class HH(bp.dyn.NeuDyn):
             bp.JointEq(self.dV, self.dm, self.dh, self.dn), method=method
         )
 
-    # region: coba.neuron
     def dV(self, V, t, m, h, n):
         I_syn = self.sum_current_inputs(V)  # the COBA synapses: g * (E - V)
         g_na = g_Na * (m * m * m) * h
@@ -88,7 +87,6 @@ class HH(bp.dyn.NeuDyn):
         alpha = 1.28 / bm.exprel((13. - V + VT) / 4.)
         beta = 1.4 / bm.exprel((V - VT - 40.) / 5.)
         return alpha * (1. - m) - beta * m
-    # endregion
 
     def dh(self, h, t, V):
         alpha = 0.128 * bm.exp((17. - V + VT) / 18.)
@@ -101,14 +99,12 @@ class HH(bp.dyn.NeuDyn):
         beta = 0.5 * bm.exp((10. - V + VT) / 40.)
         return alpha * (1. - n) - beta * n
 
-    # region: coba.neuron.update
     def update(self):
         V, m, h, n = self.integral(self.V.value, self.m.value, self.h.value,
                                    self.n.value, bp.share["t"], dt=bp.share["dt"])
         self.spike.value = jnp.logical_and(self.V.value < V_th, V >= V_th)
         self.V.value, self.m.value, self.h.value, self.n.value = V, m, h, n
         return self.spike.value
-    # endregion
 
 
 
@@ -186,14 +182,11 @@ class FixedInDegree(bp.dnn.Layer):
             return
         if kind == "mask":  # each device counts the sources of its own columns
             sources = sharded_random(_count_sources, sources, [None, NEURON], n_pre)
-        # region: coba.conn.variable
         # A Variable is an argument of the compiled step and keeps its sharding.
         # A plain attribute is a closure constant: baked whole into every device's
         # program.
         self.conn = bm.Variable(sources) if as_variable else sources
-        # endregion
 
-    # region: coba.conn.update
     def update(self, spikes):  # spikes: bool[n_pre], the same on every device
         if self.kind in ("csr", "jit", "event", "push", "brainevent"):  # push: indices
             return self.op(spikes)
@@ -208,7 +201,6 @@ class FixedInDegree(bp.dnn.Layer):
             count = jnp.sum(jnp.where(spikes[:, None], conn, jnp.uint8(0)), axis=0,
                             dtype=jnp.float32)
         return count * self.weight  # an integer count times the weight: exact
-    # endregion
 
 
 def _gather(x) -> np.ndarray:
@@ -411,7 +403,6 @@ class COBAHH(bp.DynSysGroup):
             full = jax.lax.with_sharding_constraint(full, self.split)
         return full
 
-    # region: coba.everyone
     def everyone(self, spikes, pop=None):
         """Every device needs every presynaptic spike: one all-gather per population
         (of the bool vector; with ``conn="push"``, of the spiking neurons' indices)."""
@@ -420,7 +411,6 @@ class COBAHH(bp.DynSysGroup):
         if self.replicated is None:
             return spikes
         return jax.lax.with_sharding_constraint(spikes, self.replicated)
-    # endregion
 
     @property
     def exchanges(self) -> dict:
@@ -438,13 +428,11 @@ class COBAHH(bp.DynSysGroup):
         if self.kicked is not None:  # NEST's start: an outside kick into g_e
             syn = self.projections[self.kicked].refs["syn"]
             syn.add_current(self.kick(bp.share["i"]))
-        # region: coba.network.update
         if self.layout == "separate":
             e = self.everyone(self.E.spike.value, "E")
             i = self.everyone(self.I.spike.value, "I")
             self.E2E(e), self.E2I(e), self.I2E(i), self.I2I(i)
             return {"E": self.E(), "I": self.I()}
-        # endregion
         s = self.N.spike.value  # slicing a split vector moves E/I between devices
         self.E2N(self.everyone(s[:self.n_exc])), self.I2N(self.everyone(s[self.n_exc:]))
         return {"N": self.N()}

@@ -2,8 +2,8 @@
 
     h_t = tanh(x_t @ W_in + h_{t-1} @ W_rec),      y_t = h_t @ W_out
 
-Four modules, whose imports point one way (``sizes`` <- ``pure`` <- ``stateful``;
-``model`` stands beside them):
+Four modules.  Only ``stateful`` imports another of them (``pure``); ``sizes`` and
+``model`` import none:
 
 * :mod:`.sizes`: the bytes formula (no JAX): :func:`weight_count`,
   :func:`weight_bytes`, :func:`grad_bytes`.

@@ -84,7 +84,6 @@ class RNN(bp.DynamicalSystem):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_ALL_NAMES_MISSING,
                                     category=UserWarning)
-            # region: rnn.weights
             self.win = bm.TrainVar(bp.init.parameter(
                 bp.init.Normal(scale=1 / np.sqrt(num_in), seed=seed),
                 (num_in, num_hid), sharding=[None, "hidden"] if w else None))
@@ -94,9 +93,7 @@ class RNN(bp.DynamicalSystem):
             self.wout = bm.TrainVar(bp.init.parameter(
                 bp.init.Normal(scale=1 / np.sqrt(num_hid), seed=seed + 2),
                 (num_hid, num_out), sharding=["hidden", None] if w else None))
-            # endregion
 
-    # region: rnn.reset
     def reset_state(self, batch_size: int | None = None):
         """Zero the hidden state, keeping its sharding (also inside ``jit``)."""
         batch_size = self.batch_size if batch_size is None else batch_size
@@ -106,7 +103,6 @@ class RNN(bp.DynamicalSystem):
             zeros = jax.lax.with_sharding_constraint(bm.as_jax(zeros),
                                                      self._state_sharding)
         self.state.value = zeros
-    # endregion
 
     @property
     def state_sharding(self) -> NamedSharding | None:
@@ -134,12 +130,10 @@ class RNN(bp.DynamicalSystem):
                              f"{sorted(missing)}")
         self._state_sharding = NamedSharding(mesh, self._state_sharding.spec)
 
-    # region: rnn.update
     def update(self, x):
         """One time step: ``x`` is (batch, num_in); returns (batch, num_out)."""
         self.state.value = bm.tanh(x @ self.win + self.state @ self.wrec)
         return self.state @ self.wout
-    # endregion
 
 
 def make_task(batch: int, time: int, num_in: int, num_out: int, seed: int = 0):
@@ -183,7 +177,6 @@ def make_grad_fn(model: RNN):
 
     The gradient with no update: Adam's first step is about ``lr * sign(g)``, blind to
     a gradient off by a constant factor (a missing or doubled ``psum``)."""
-    # region: rnn.grad
     weights = [model.win, model.wrec, model.wout]
     grad_fn = bm.grad(make_loss_fn(model), grad_vars=weights, return_value=True)
 
@@ -191,12 +184,10 @@ def make_grad_fn(model: RNN):
     def grads(xs, ys):
         g, loss = grad_fn(xs, ys)
         return dict(zip(("win", "wrec", "wout"), g)), loss
-    # endregion
 
     return grads
 
 
-# region: rnn.step.layouts
 # After one step, jit hands back Adam's scalar step counter (made on the default
 # device) replicated on the mesh: a new input layout, so the step compiles again.
 # It also respells P('hidden', None) as P('hidden',), which costs nothing (JAX keys
@@ -214,7 +205,6 @@ def settle_layouts(variables, mesh, scalars: bool = True, specs: bool = True):
         else:  # leave unannotated arrays alone (see annotate="state")
             continue
         var.value = jax.device_put(var.value, NamedSharding(mesh, spec))
-# endregion
 
 
 def make_train_step(model: RNN, lr: float = 1e-3):
@@ -223,7 +213,6 @@ def make_train_step(model: RNN, lr: float = 1e-3):
     ``bm.grad`` of :func:`make_loss_fn` over the model's ``TrainVar``s and the update
     compile into one ``bm.jit`` program, where sharding takes effect.  The step has
     ``.optimizer`` (the ``bp.optim.Adam``), ``.loss_fn`` and ``.lower(xs, ys)``."""
-    # region: rnn.step
     # region: rnn.step.grad
     train_vars = model.train_vars().unique()
     loss_fn = make_loss_fn(model)
@@ -241,7 +230,6 @@ def make_train_step(model: RNN, lr: float = 1e-3):
         grads, loss = grad_fn(xs, ys)
         optimizer.update(grads)
         return loss
-    # endregion
     # endregion
 
     step.optimizer = optimizer

@@ -49,7 +49,6 @@ NAMES = ("win", "wrec", "wout")
 
 
 # ------------------------------------------------------------------ the recurrence
-# region: rnn.recurrence
 class Recurrence:
     """How one time step reaches the hidden units it needs: ``h_{t-1} @ W_rec``.
 
@@ -70,7 +69,6 @@ class Recurrence:
 
 
 WHOLE = Recurrence()
-# endregion
 
 
 # region: rnn.hidden-split
@@ -149,12 +147,10 @@ class CollectiveMatmul(HiddenSplit):
 
 
 # ------------------------------------------------------------------ the one loss
-# region: rnn.cell
 def cell(w, h, x, recurrence: Recurrence = WHOLE):
     """One time step: ``(h_t, y_t)`` from ``h_{t-1}`` (B, H_d) and ``x_t`` (B, I)."""
     h = jnp.tanh(x @ w["win"] + recurrence.recur(h, w["wrec"]))
     return h, h @ w["wout"]
-# endregion
 
 
 # region: rnn.pure.loss
@@ -224,7 +220,6 @@ def grad_fn(**options):
 
 
 # ------------------------------------------------------------------ one Adam
-# region: rnn.adam
 def adam_init(params: dict) -> dict:
     """Adam's state: moments ``m``, ``v`` (laid out as ``params``), counter ``t``."""
     return {"m": {k: jnp.zeros_like(v) for k, v in params.items()},
@@ -241,7 +236,6 @@ def adam_update(params: dict, opt: dict, grads: dict, *, lr: float = 1e-3,
     v = {k: beta2 * opt["v"][k] + (1 - beta2) * g ** 2 for k, g in grads.items()}
     new = {k: params[k] - a * m[k] / (jnp.sqrt(v[k]) + eps) for k in grads}
     return new, {"m": m, "v": v, "t": t}
-# endregion
 
 
 def functional_step(lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999,

@@ -41,7 +41,6 @@ from .pure import NAMES, HiddenSplit, cell, hidden_specs, own_block_only
 __all__ = ["StateRNN", "StateSplit", "stateful_grad_fn"]
 
 
-# region: rnn.brainstate.split
 @dataclass(frozen=True)
 class StateSplit(HiddenSplit):
     """:class:`HiddenSplit` for brainstate's ``shard_map`` (see the module text)."""
@@ -55,7 +54,6 @@ class StateSplit(HiddenSplit):
         else:
             h_all = own_block_only(h, self.axis)  # the planted bug
         return h_all[:, : wrec.shape[0]] @ wrec   # a no-op on one device's block
-# endregion
 
 
 class StateRNN:
@@ -74,13 +72,11 @@ class StateRNN:
         def put(x, spec):
             return jax.device_put(x, NamedSharding(mesh, spec))
 
-        # region: rnn.brainstate.states
         self.win = brainstate.ParamState(put(params["win"], specs["win"]))
         self.wrec = brainstate.ParamState(put(params["wrec"], specs["wrec"]))
         self.wout = brainstate.ParamState(put(params["wout"], specs["wout"]))
         hidden = params["wrec"].shape[0]
         self.h = brainstate.HiddenState(put(jnp.zeros((batch, hidden)), P(None, axis)))
-        # endregion
 
     @property
     def weights(self) -> dict:
