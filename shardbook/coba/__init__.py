@@ -22,8 +22,8 @@ The package is split along the chapter's lines; imports point one way, down this
   run          ``Simulation`` and activity statistics (rate, CV, Fano factor)
   regimes      the published forms, their regimes, bounds with stated coverage
   checkpoint   save and restore a simulation that names its network (Orbax)
-  timing       fair timings: variants interleaved, repeated, events beside every time
   ledger       the memory model, predicted and measured
+  timing       fair timings: variants interleaved, repeated, events beside every time
   timemodel    a time model that counts what the compiled step does
   plots        plots of those measurements
 
