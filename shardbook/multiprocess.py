@@ -27,8 +27,8 @@ from . import child, private
 from .config import config
 
 __all__ = ["LOOPBACK", "DEFAULTS", "COBA_DEFAULTS", "start_runtime", "shard_report",
-           "worker", "rnn_part", "coba_part", "coba_networks_part", "skip_chunks",
-           "free_port", "child_env", "Launch", "start", "launch", "main"]
+           "worker", "rnn_part", "coba_part", "free_port", "child_env", "Launch",
+           "start", "launch", "parse_args", "main"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -40,10 +40,7 @@ DEFAULTS = config("ch5a", 8).asdict()
 # process saves its gathered raster (bit-packed .npy).  coba_shift_process: a process
 # that uses seed + 1 (a planted bug).
 COBA_DEFAULTS = dict(coba_scale=1, coba_steps=0, coba_seed=0, coba_out_dir="",
-                     coba_shift_process=-1, coba_nets=())
-# coba_nets: networks of any graph, delivery and start (see coba_networks_part), e.g.
-# [{"name": "rows", "build": {"scale": 0.2, "graph": "rows", "conn": "event"},
-#   "skip": 500, "window": 100, "after": 50, "checkpoint": True}]
+                     coba_shift_process=-1)
 
 
 # ---- What every process runs ---------------------------------------------------------
@@ -126,9 +123,6 @@ def worker(process_id: int, num_processes: int, port: int, local_devices: int,
     if cfg["coba_steps"]:
         with _timed(seconds, "coba"):
             report.update(coba_part(cfg))
-    if cfg["coba_nets"]:
-        with _timed(seconds, "coba_nets"):
-            report["coba_nets"] = coba_networks_part(cfg)
     jax.distributed.shutdown()   # a barrier: nobody leaves while others still need it
     report["seconds"] = seconds
     return report
@@ -255,70 +249,6 @@ def coba_part(cfg: dict) -> dict:
 # endregion
 
 
-def skip_chunks(spec: dict) -> int:
-    """How many ``window``-step runs make the ``skip`` steps of a ``coba_nets`` entry.
-
-    Skipped steps run the window's own program (records dropped), so each network
-    compiles one step program, not two.  Raises ``ValueError`` unless ``window >= 1``
-    and ``skip`` is a multiple of it."""
-    skip, window = spec.get("skip", 0), spec.get("window", 0)
-    if window < 1:
-        raise ValueError(f"coba_nets entry {spec.get('name')!r}: window={window}; "
-                         "record at least one step")
-    if skip % window:
-        raise ValueError(f"coba_nets entry {spec.get('name')!r}: skip={skip} is not a "
-                         f"multiple of window={window}; make it one")
-    return skip // window
-
-
-def coba_networks_part(cfg: dict) -> dict:
-    """Chapter 4's networks, any graph, delivery and start, across every process.
-
-    For each entry of ``cfg["coba_nets"]``: build it on all devices (each process makes
-    only its devices' part of the graph), run ``skip`` steps (:func:`skip_chunks`), then
-    ``window`` steps whose spikes and V every process gathers and saves in ``out_dir``
-    as ``<name>_p<process>_{spike,V}.npy``.  With ``checkpoint``: an Orbax checkpoint
-    in ``<out_dir>/<name>_ckpt``, then ``after`` steps more, saved as
-    ``<name>_after_p<process>_*.npy``.  With ``shift_process``, that process builds
-    from seed + 1 (a planted bug).  Returns each name's fingerprint, in-degrees,
-    devices and ``t``.
-    """
-    import jax
-    import numpy as np
-    from jax.experimental import multihost_utils
-
-    from . import coba
-    from .coba import checkpoint, connectivity
-
-    out_dir, me = cfg["coba_out_dir"], jax.process_index()
-    reports = {}
-
-    def save(prefix, out, net):
-        for var in ("spike", "V"):
-            whole = np.concatenate([np.asarray(multihost_utils.process_allgather(
-                out[f"{p}.{var}"], tiled=True)) for p in net.populations], axis=1)
-            np.save(os.path.join(out_dir, f"{prefix}_p{me}_{var}.npy"), whole)
-
-    for spec in cfg["coba_nets"]:
-        name, build = spec["name"], dict(spec["build"])
-        if me == spec.get("shift_process", -1):
-            build["seed"] = build.get("seed", 0) + 1
-        net = coba.build(jax.devices(), **build)
-        sim = coba.Simulation(net, record=("spike", "V"))
-        for _ in range(skip_chunks(spec)):
-            sim.run(spec["window"])
-        save(name, sim.run(spec["window"]), net)
-        reports[name] = dict(
-            fingerprint=connectivity.fingerprint(net),
-            in_degree={k: dict(v) for k, v in connectivity.in_degree(net).items()},
-            devices=net.devices, t=sim.t)
-        if spec.get("checkpoint"):
-            path = os.path.join(out_dir, f"{name}_ckpt")
-            reports[name]["checkpoint_step"] = checkpoint.save(path, sim)
-            save(f"{name}_after", sim.run(spec["after"]), net)
-    return reports
-
-
 # ---- Starting the processes (the notebook's job; on a cluster, srun's or mpirun's) ---
 def free_port() -> int:
     """A TCP port on the loopback interface that nobody listens on right now."""
@@ -357,20 +287,19 @@ class Launch:
 
 
 def start(num_processes: int = 2, devices_per_process: int = 4, timeout_s: float = 240,
-          **task) -> Launch:
+          target: str = "shardbook.multiprocess", **task) -> Launch:
     """Start ``num_processes`` CPU workers of ``devices_per_process`` simulated devices
     (``127.0.0.1``, one free port) and return at once; ``timeout_s`` counts from now.
-    A bad ``coba_nets`` entry raises ``ValueError`` before any worker starts."""
+    ``target``: the module or script each process runs, with :func:`main`'s options
+    (the tests run one of their own)."""
     port = free_port()
     task = {**config("ch5a", num_processes * devices_per_process).asdict(), **task}
-    for spec in task.get("coba_nets", ()):
-        skip_chunks(spec)
     args = ["--num-processes", num_processes, "--port", port,
             "--devices-per-process", devices_per_process, "--task", json.dumps(task)]
     procs = []
     try:
         for i in range(num_processes):
-            procs.append(child.start("shardbook.multiprocess", *args, "--process-id", i,
+            procs.append(child.start(target, *args, "--process-id", i,
                                      env=child_env(), name=f"process {i}"))
     except BaseException:
         for p in procs:
@@ -385,7 +314,8 @@ def launch(num_processes: int = 2, devices_per_process: int = 4, timeout_s: floa
     return start(num_processes, devices_per_process, timeout_s, **task).result()
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
+    """A worker's options (:func:`start` passes them); ``task`` is parsed JSON."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--process-id", type=int, required=True)
     p.add_argument("--num-processes", type=int, required=True)
@@ -393,8 +323,14 @@ def main(argv=None) -> None:
     p.add_argument("--devices-per-process", type=int, default=4)
     p.add_argument("--task", default="{}", help="JSON object overriding DEFAULTS")
     a = p.parse_args(argv)
+    a.task = json.loads(a.task)
+    return a
+
+
+def main(argv=None) -> None:
+    a = parse_args(argv)
     report = worker(a.process_id, a.num_processes, a.port, a.devices_per_process,
-                    **json.loads(a.task))
+                    **a.task)
     child.answer(report)   # one marked JSON line on stdout (shardbook.child)
 
 

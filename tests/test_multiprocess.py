@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 
+import multiprocess_nets as nets  # tests/multiprocess_nets.py: the networks' worker
 import numpy as np
 import pytest
 
@@ -69,34 +70,38 @@ SHIFTED = dict(GRAPHS[1], name="rows-shifted", shift_process=1, checkpoint=False
 
 
 def test_skipped_steps_are_whole_windows(monkeypatch):
-    assert [mp.skip_chunks(g) for g in GRAPHS] == [10, 10]
-    assert mp.skip_chunks(dict(window=50)) == 0
+    assert [nets.skip_chunks(g) for g in GRAPHS] == [10, 10]
+    assert nets.skip_chunks(dict(window=50)) == 0
     with pytest.raises(ValueError, match="skip=120 is not a multiple of window=50"):
-        mp.skip_chunks(dict(name="x", skip=120, window=50))
+        nets.skip_chunks(dict(name="x", skip=120, window=50))
     with pytest.raises(ValueError, match="window=0; record at least one step"):
-        mp.skip_chunks(dict(name="x", skip=100, window=0))
+        nets.skip_chunks(dict(name="x", skip=100, window=0))
     started = []
     monkeypatch.setattr(child, "start", lambda *a, **k: started.append(a))
     with pytest.raises(ValueError, match="'late'"):  # before any worker starts
-        mp.start(coba_nets=[dict(name="late", skip=75, window=50)])
+        nets.start([dict(name="late", skip=75, window=50)])
     assert not started
 
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
-    """One launch, 2 processes x 2 devices, for every test of this file that needs
-    one: the tiny RNN, the small COBA-HH network, every graph of chapter 4 with a
-    checkpoint, and the planted seed shift."""
+    """Two launches at once, 2 processes x 2 devices each, for every test of this file
+    that needs one: the page's worker (the tiny RNN, the small COBA-HH network), and
+    the tests' own (tests/multiprocess_nets.py: every graph of chapter 4 with a
+    checkpoint, and the planted seed shift).  Each process's reports, merged."""
     out = tmp_path_factory.mktemp("rasters")
-    reports = mp.launch(
-        num_processes=2,
-        devices_per_process=2,
-        timeout_s=900,
-        coba_out_dir=str(out),
-        coba_nets=[*GRAPHS, SHIFTED],
-        **TINY,
-        **COBA_TINY,
-    )
+    kw = dict(num_processes=2, devices_per_process=2, timeout_s=900,
+              coba_out_dir=str(out))
+    page = mp.start(**kw, **TINY, **COBA_TINY)
+    graphs = nets.start([*GRAPHS, SHIFTED], **kw)
+    try:
+        reports, more = page.result(), graphs.result()
+    finally:
+        for proc in graphs.procs:   # when the page's workers failed first
+            proc.kill()
+    for r, g in zip(reports, more, strict=True):
+        assert r["process_index"] == g["process_index"]
+        r["coba_nets"] = g["coba_nets"]
     return reports, out
 
 
@@ -274,14 +279,15 @@ _REFS = {}
 def _window(spec):
     """The network of ``spec`` on 1 process x 4 devices, and what every process saved
     of it, run here: ``skip`` steps, then ``window`` steps of spikes and V
-    (coba_networks_part).  Built and run once per build: SHIFTED shares "rows"."""
+    (multiprocess_nets.coba_networks_part).  Built and run once per build: SHIFTED
+    shares "rows"."""
     from shardbook import book
 
     key = json.dumps([spec["build"], spec["skip"], spec["window"]], sort_keys=True)
     if key not in _REFS:
         net = coba.build(book.devices()[:4], **spec["build"])
         sim = coba.Simulation(net, record=("spike", "V"))
-        for _ in range(mp.skip_chunks(spec)):  # as the workers skip
+        for _ in range(nets.skip_chunks(spec)):  # as the workers skip
             sim.run(spec["window"])
         assert sim.t == spec["skip"]
         _REFS[key] = net, _both(sim.run(spec["window"]), net)
