@@ -32,8 +32,7 @@ import time
 from . import child
 from .multiprocess import LOOPBACK, free_port
 
-__all__ = ["missing_rank", "dead_rank", "compilation_cache", "summation_orders",
-           "WORKER_PREFIX"]
+__all__ = ["missing_rank", "dead_rank", "compilation_cache", "WORKER_PREFIX"]
 
 WORKER_PREFIX = "SHARDBOOK-CLUSTER "
 
@@ -154,37 +153,6 @@ def compilation_cache(cache_dir=None, timeout_s: float = 240) -> dict:
             )
         runs.append(dict(ranks=ranks, files=sorted(os.listdir(cache_dir))))
     return dict(cache_dir=None if own else cache_dir, runs=runs)
-
-
-def summation_orders(targets: int = 64, events: int = 20_000, orders: int = 4,
-                     seed: int = 0) -> dict:
-    """Why a GPU's float atomics break bit-identity, and what integer counts buy.
-
-    XLA:GPU's scatter-add (atomic adds) sums a step's events in the threads' order, and
-    float addition is not associative.  Here ``events`` (random targets, float32
-    weights) are added in ``orders`` random orders (``np.add.at``): float sums differ in
-    their last bits; integer counts times one weight (the book's homogeneous synapses)
-    never do.  NumPy only: no GPU order is reproduced.
-    """
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    target = rng.integers(0, targets, events)
-    weight = rng.lognormal(0., 1., events).astype(np.float32)
-    sums, counts = [], []
-    for _ in range(orders):
-        order = rng.permutation(events)
-        s = np.zeros(targets, np.float32)
-        np.add.at(s, target[order], weight[order])
-        c = np.zeros(targets, np.int32)
-        np.add.at(c, target[order], 1)
-        sums.append(s)
-        counts.append(c.astype(np.float32) * np.float32(6.0))   # count x we
-    diff = max(float(np.max(np.abs(a - sums[0]) / np.abs(sums[0]))) for a in sums)
-    return dict(float_identical=all(np.array_equal(a, sums[0]) for a in sums),
-                float_max_rel_diff=diff,
-                float_targets_differing=int(max(np.sum(a != sums[0]) for a in sums)),
-                counts_identical=all(np.array_equal(a, counts[0]) for a in counts))
 
 
 # --------------------------------------------------------------------- a rank's side
