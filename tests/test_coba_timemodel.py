@@ -86,17 +86,6 @@ def test_nccl_ring_latency_and_link_arithmetic():
     assert set(tm.SOURCES) == set(hw)  # every hardware figure has its source
 
 
-def test_curves_plot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    c = tm.Census("push", 10**8, 4e9, 1e8, 1e7, 1, 3)
-    ax = coba.plots.plot_time_model(
-        {"push": tm.curve(c), "index": tm.curve(c.at(10**7))}
-    )
-    assert len(ax.get_lines()) == 2 and ax.get_xscale() == "log"
-
-
 def test_work_hoisted_out_of_the_time_loop_is_not_counted_per_step():
     """A pass over a 4 MiB array inside the loop, but invariant: XLA hoists it, and it
     runs once per call.  ``cost_analysis()`` counts it beside the loop body (the planted

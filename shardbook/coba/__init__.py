@@ -25,7 +25,6 @@ The package is split along the chapter's lines; imports point one way, down this
   ledger       the memory model, predicted and measured
   timing       fair timings: variants interleaved, repeated, events beside every time
   timemodel    a time model that counts what the compiled step does
-  plots        plots of those measurements
 
 The names of :data:`__all__` are importable from ``shardbook.coba`` itself.
 """
@@ -41,7 +40,6 @@ from . import (
     once,
     parameters,
     peer,
-    plots,
     push,
     randomness,
     regimes,
@@ -108,7 +106,7 @@ __all__ = [
     "event_bytes", "events", "fano_factor", "fingerprint", "fit_bytes_per_device",
     "gathered_bytes", "in_degree", "isi_histogram", "isis_ms", "kernels", "ledger",
     "local_csr", "measured_bytes", "model_bytes", "net_arrays", "network", "once",
-    "parameters", "peak_tolerance", "peer", "plots", "population_rate", "predict",
+    "parameters", "peak_tolerance", "peer", "population_rate", "predict",
     "push", "random_rows", "random_state", "random_state_axes", "randomness", "rate_hz",
     "regime", "regimes", "rows_capacity", "run", "sharded_random", "timemodel",
     "timing", "zeros_variable",
