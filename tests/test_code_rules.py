@@ -176,7 +176,8 @@ def test_the_rule_sees_a_planted_visible_assert():
 # ------------------------------------------- shardbook.coba's imports point one way
 def coba_order() -> list[str]:
     """The module list of ``shardbook/coba/__init__.py``'s docstring, in order."""
-    doc = ast.get_docstring(ast.parse((ROOT / "shardbook/coba/__init__.py").read_text()))
+    init = ROOT / "shardbook" / "coba" / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text()))
     listing = doc.split("imports point one way, down this list:")[1].split("\n\n")[1]
     return [ln.split()[0] for ln in listing.splitlines() if ln.startswith("  ")
             and not ln.startswith("   ")]
