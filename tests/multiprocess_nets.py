@@ -3,8 +3,8 @@
 Chapter 5a's worker (``shardbook.multiprocess``) runs the RNN and one small network,
 and the page shows it.  These tests also need every graph of chapter 4, a checkpoint
 written by two processes, and a planted seed shift; that part lives here, not in the
-worker the page shows.  ``multiprocess.start(..., target=SCRIPT, coba_nets=[...])``
-runs it, with the same options as the page's worker::
+worker the page shows.  :func:`start` runs the page's worker with it, in one launch,
+with the page worker's options and ``coba_nets``::
 
     [{"name": "rows", "build": {"scale": 0.2, "graph": "rows", "conn": "event"},
       "skip": 500, "window": 100, "after": 50, "checkpoint": True}]
@@ -92,18 +92,27 @@ def coba_networks_part(cfg: dict) -> dict:
 
 
 def main(argv=None) -> None:
-    """One process: join the runtime (as the page's worker does), run the networks,
-    leave together, answer."""
+    """One process: the page's worker (``shardbook.multiprocess.worker``), with the
+    networks run just before it leaves the runtime.  ``jax.distributed.shutdown`` is
+    wrapped for that, so that one launch serves every test and the worker the page
+    shows carries no test-only branch."""
+    import jax
+
     from shardbook import child, multiprocess as mp
 
     a = mp.parse_args(argv)
-    mp.start_runtime(a.process_id, a.num_processes, a.port, a.devices_per_process)
-    import jax
+    task = dict(a.task)
+    nets = task.pop("coba_nets")
+    done, leave = {}, jax.distributed.shutdown
 
-    report = dict(process_index=jax.process_index(),
-                  coba_nets=coba_networks_part(a.task))
-    jax.distributed.shutdown()
-    child.answer(report)
+    def shutdown():
+        done["coba_nets"] = coba_networks_part({**task, "coba_nets": nets})
+        leave()
+
+    jax.distributed.shutdown = shutdown
+    report = mp.worker(a.process_id, a.num_processes, a.port, a.devices_per_process,
+                       **task)
+    child.answer({**report, **done})
 
 
 if __name__ == "__main__":

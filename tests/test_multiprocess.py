@@ -85,23 +85,20 @@ def test_skipped_steps_are_whole_windows(monkeypatch):
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
-    """Two launches at once, 2 processes x 2 devices each, for every test of this file
-    that needs one: the page's worker (the tiny RNN, the small COBA-HH network), and
-    the tests' own (tests/multiprocess_nets.py: every graph of chapter 4 with a
-    checkpoint, and the planted seed shift).  Each process's reports, merged."""
+    """One launch, 2 processes x 2 devices, for every test of this file that needs
+    one: the page's worker (the tiny RNN, the small COBA-HH network), and this file's
+    networks (tests/multiprocess_nets.py: every graph of chapter 4 with a checkpoint,
+    and the planted seed shift)."""
     out = tmp_path_factory.mktemp("rasters")
-    kw = dict(num_processes=2, devices_per_process=2, timeout_s=900,
-              coba_out_dir=str(out))
-    page = mp.start(**kw, **TINY, **COBA_TINY)
-    graphs = nets.start([*GRAPHS, SHIFTED], **kw)
-    try:
-        reports, more = page.result(), graphs.result()
-    finally:
-        for proc in graphs.procs:   # when the page's workers failed first
-            proc.kill()
-    for r, g in zip(reports, more, strict=True):
-        assert r["process_index"] == g["process_index"]
-        r["coba_nets"] = g["coba_nets"]
+    reports = nets.start(
+        [*GRAPHS, SHIFTED],
+        num_processes=2,
+        devices_per_process=2,
+        timeout_s=900,
+        coba_out_dir=str(out),
+        **TINY,
+        **COBA_TINY,
+    ).result()
     return reports, out
 
 
