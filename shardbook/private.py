@@ -10,7 +10,7 @@ installed version is the pinned one, else fails with a message that names it.
 2. :func:`cluster_types`, :func:`detector_variables`, :func:`detect_cluster`:
    ``jax._src.clusters``, read only.
 3. :func:`orbax_reads_recorded`, :data:`ORBAX_KILL_BEFORE_COMMIT` (chapter 5b): Orbax's
-   ``serialization._read_shard`` and ``atomicity.AtomicRenameTemporaryPath.finalize``.
+   ``_read_array_index_and_device_put`` and ``AtomicRenameTemporaryPath.finalize``.
 4. :func:`bm_jit_parts`, :func:`replace_state_values`: brainstate's jit wrapper
    (``StatefulFunction.get_state_trace``, ``jitted_fun``, ``State._value``), for
    :mod:`shardbook.gputarget`.
@@ -139,21 +139,21 @@ def detect_cluster(env: dict, method: str | None = None):
 # ------------------------------------------------------------------- 3. Orbax
 @contextlib.contextmanager
 def orbax_reads_recorded():
-    """Record the shape of every piece Orbax reads from disk while the block runs."""
+    """Record each host buffer Orbax reads into: ``(shape, devices it is put on)``."""
     require("orbax-checkpoint", PINNED_ORBAX, "orbax_reads_recorded")
     from orbax.checkpoint._src.serialization import serialization
 
-    shapes, original = [], serialization._read_shard
+    reads, original = [], serialization._read_array_index_and_device_put
 
-    async def spy(*args, new_shard_shape, **kwargs):
-        shapes.append(tuple(new_shard_shape))
-        return await original(*args, new_shard_shape=new_shard_shape, **kwargs)
+    async def spy(devices, *args, new_shard_shape, **kwargs):
+        reads.append((tuple(new_shard_shape), len(devices)))
+        return await original(devices, *args, new_shard_shape=new_shard_shape, **kwargs)
 
-    serialization._read_shard = spy
+    serialization._read_array_index_and_device_put = spy
     try:
-        yield shapes
+        yield reads
     finally:
-        serialization._read_shard = original
+        serialization._read_array_index_and_device_put = original
 
 
 ORBAX_KILL_BEFORE_COMMIT = f'''
