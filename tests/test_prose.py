@@ -56,3 +56,10 @@ def test_the_measure_catches_long_sentences_and_internals():
     code_only = ("```python\nx = 1  # the tolerance in code is not prose\n```\n"
                  "Short one.")
     assert prose.sentences(prose.prose_of(code_only)) == [["Short", "one."]]
+
+
+def test_a_line_that_opens_with_a_parenthesis_is_prose_and_a_target_is_not():
+    # the measure once dropped every line starting with "(", hiding real sentences
+    text = "(c5c-oom)=\n## Heading\n\nOne.\n(Two three four.) Five six."
+    assert prose.sentences(prose.prose_of(text)) == [
+        ["Heading"], ["One."], ["Two", "three", "four."], ["Five", "six."]]
