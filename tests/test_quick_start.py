@@ -57,7 +57,8 @@ def _imports(source: str) -> set[str]:
 def test_the_quick_start_is_first_and_imports_only_public_packages():
     assert nbs.notebooks()[0] == PAGE
     cells = _cells()
-    allowed = {"os", "shutil", "sys", "jax", "numpy", "matplotlib", "brainpy"}
+    allowed = {"os", "shutil", "sys", "warnings",   # the standard library's
+               "jax", "numpy", "matplotlib", "brainpy"}
     for i, cell in enumerate(cells):
         assert _imports(cell) <= allowed, (i, _imports(cell) - allowed)
         assert "shardbook" not in cell and "book." not in cell.replace("ebook.", ""), i
