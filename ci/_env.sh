@@ -1,4 +1,4 @@
-# Shared by ci/build and ci/test: find the repository and make (or reuse) its virtual environment.
+# Sourced by ci/build, ci/test, ci/regenerate and ci/browser: find the repository and make (or reuse) its virtual environment.
 # The environment lives in .venv (override with BOOK_VENV). It is rebuilt only when
 # requirements.txt or pyproject.toml change, so a second run starts in seconds.
 set -euo pipefail
@@ -56,7 +56,7 @@ PY
     # module of every package, 18 s of the 2 cores before any test could start, most
     # of them never imported (22 s in all without it, on a warm uv cache). Python
     # writes the .pyc of what is imported instead: PYTHONDONTWRITEBYTECODE is unset
-    # above, because with it set (as on this sandbox's machines) and no .pyc, every
+    # above, because with it set (as on some CI machines) and no .pyc, every
     # process compiled brainpy's imports from source again, 12.5 s against 4 s per
     # `import brainpy`. The import check below writes the first ones.
     local uv_pin

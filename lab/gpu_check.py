@@ -41,7 +41,7 @@ The file records the device, driver, versions (and how they differ from the book
 pins), commit, date and command beside every figure; ``lab/gpu_schema.validate``
 checks it before it is written.
 
-On the lent GPU machine (no package index; Python 3.12, JAX 0.11.2 with CUDA 13):
+On a GPU machine with no package index (ours: Python 3.12, JAX 0.11.2, CUDA 13):
 here, ``lab/gpu_check --wheels .whl`` (about 23 MiB; ``.whl/`` is ignored by git), then
 with ``.whl`` carried run::
 

@@ -67,9 +67,9 @@ def _files():
 
 
 def _shell_scripts():
-    """The shell scripts (ci/, .ci/, recipes/, binder/): a shebang naming a shell, or
-    a ``.sh`` name (``ci/_env.sh`` is sourced, so it has none); their inline Python
-    counts."""
+    """The shell scripts (ci/, .ci/, lab/, recipes/, binder/): a shebang naming a
+    shell, or a ``.sh`` name (``ci/_env.sh`` is sourced, so it has none); their inline
+    Python counts."""
     found = []
     for folder in ("ci", ".ci", "lab", "recipes", "binder"):
         for path in sorted((ROOT / folder).iterdir()):
@@ -107,19 +107,6 @@ def _code_lines(text: str):
             for i in range(body[0].lineno - 1, body[0].end_lineno):
                 lines[i] = ""
     return [ln.split("#", 1)[0] if "#" in ln else ln for ln in lines]
-
-
-def test_pins_match_requirements():
-    req = (ROOT / "requirements.txt").read_text()
-    for name, pin in (
-        ("jax", private.PINNED_JAX),
-        ("orbax-checkpoint", private.PINNED_ORBAX),
-        ("brainstate", private.PINNED_BRAINSTATE),
-        ("myst-nb", private.PINNED_MYSTNB),
-    ):
-        assert f"{name}=={pin}\n" in req, (
-            f"{name} {pin} is not the pin in requirements.txt"
-        )
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ def test_each_page_of_the_path_reads_as_a_tutorial(page):
     assert reading.problems() == [], f"{page}: {reading.problems()}"
 
 
-def test_the_path_is_the_second_part_of_the_book():
+def test_the_path_pages_come_first_in_reading_order():
     names = [p.relative_to(ROOT).as_posix() for p in nbs.notebooks()]
     assert names[:len(prose.PATH_PAGES)] == list(prose.PATH_PAGES)
 

@@ -1,8 +1,9 @@
 """The book as a reader meets it online: configuration, links, Binder, workflows.
 
-These tests read files only; nothing is downloaded and nothing is built.  The test
-that drives a real browser is skipped where no Chromium is installed (ci/browser
-installs it and runs the same planted-bug check before it checks the book).
+Nothing is downloaded and the book is not built.  Most tests read files; a few run
+a small program on planted input: ``.ci/run`` over a stub ``./ci/test``, actionlint,
+the link checker, and a real browser (skipped where no Chromium is installed; ci/browser
+runs the same planted-bug check before it checks the book).
 """
 
 from __future__ import annotations
