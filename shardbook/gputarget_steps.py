@@ -29,10 +29,10 @@ from .config import config
 from .devices import divisible_size, mesh_shape_2d
 
 __all__ = [
-    "coba_hh",
-    "fsdp_mlp", "rnn_data_parallel", "rnn_forward", "rnn_fsdp", "rnn_functional",
-    "rnn_hidden", "rnn_one_gpu", "rnn_hidden_rows", "rnn_shard_map",
-    "tiny_data_parallel",
+    "CNN_SHAPES", "cnn_data_parallel", "coba_hh", "fsdp_mlp", "matmul",
+    "rnn_data_parallel", "rnn_dp_shard_map", "rnn_forward", "rnn_fsdp",
+    "rnn_functional", "rnn_hidden", "rnn_hidden_rows", "rnn_one_gpu", "rnn_shard_map",
+    "scan_over_time", "tiny_data_parallel",
 ]
 
 
@@ -529,10 +529,6 @@ def cnn_data_parallel(target, hand: bool = False, B=None):
     x = target.struct((B, 8, 8, 1), _F32, P("batch"))
     y = target.struct((B,), jnp.int32, P("batch"))
     return jax.jit(step), (p, x, y)
-
-
-__all__ += ["CNN_SHAPES", "cnn_data_parallel", "matmul", "rnn_dp_shard_map",
-            "scan_over_time"]
 
 
 def rnn_one_gpu(target, remat: bool = False, micro_batches: int = 1, dtype=None,

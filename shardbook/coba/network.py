@@ -39,7 +39,7 @@ from .parameters import (
     g_Na,
     gl,
     nest_initial_gates,
-    sizes,
+    sizes as _sizes,  # COBAHH names its argument sizes
     taue,
     taui,
     we,
@@ -452,8 +452,6 @@ class COBAHH(bp.DynSysGroup):
         )
         return {n: getattr(self, n) for n in names}
 
-
-_sizes = sizes
 
 
 def _config(args: dict) -> dict:

@@ -2,8 +2,6 @@
 each device computing its own slice, the same on every mesh (``sharded_random``)."""
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -127,7 +125,7 @@ def _compiled(fn, key, sharding, static):
     cache_key = (fn, static, shard_key, jnp.shape(key), jnp.result_type(key),
                  getattr(key, "sharding", None))
     if cache_key not in _COMPILED:
-        with _partitionable():
+        with jax.threefry_partitionable(True):
             static_nums = tuple(range(1, 1 + len(static)))
             jitted = jax.jit(fn, static_argnums=static_nums, out_shardings=sharding)
             lowered = jitted.lower(key, *static)
@@ -138,10 +136,6 @@ def _compiled(fn, key, sharding, static):
     return _COMPILED[cache_key]
 
 
-def _partitionable():
-    # a context manager in JAX >= 0.4.3x
-    ctx = getattr(jax, "threefry_partitionable", None)
-    return ctx(True) if ctx is not None else contextlib.nullcontext()
 
 
 def _zeros_of(key, n, dtype):
