@@ -30,14 +30,25 @@ def pytest_runtest_setup(item):
 
 
 POLL_S = 2.0   # how often a wait for a kernel's message checks that the kernel lives
+# the nbval whose RunningKernel.get_message the patch below wraps (requirements.txt's
+# pin; tests/test_versions.py keeps them equal)
+NBVAL_PIN = "0.11.0"
 
 
 def _fail_fast_on_a_dead_kernel():
-    """Make nbval's waits for a kernel's messages poll, and raise when it has died."""
+    """Make nbval's waits for a kernel's messages poll, and raise when it has died.
+    Refuses another nbval than ``NBVAL_PIN``: the wrapper relies on its internals."""
+    from importlib import metadata
+
     try:
         from nbval.kernel import RunningKernel
     except ImportError:   # nbval not installed: nothing to watch
         return
+    if metadata.version("nbval") != NBVAL_PIN:
+        raise RuntimeError(
+            f"conftest.py wraps nbval {NBVAL_PIN}'s RunningKernel.get_message, but "
+            f"nbval {metadata.version('nbval')} is installed: check the wrapper "
+            "against it, then change NBVAL_PIN with requirements.txt's pin")
     wait = RunningKernel.get_message
     if getattr(wait, "watches_kernel", False):
         return

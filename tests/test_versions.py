@@ -3,8 +3,9 @@
 * Other packages: ``requirements.txt`` (written by ``./ci/lock``) pins everything the
   book imports or runs.  Every other place that names a version is checked against it:
   the ``hosted`` and ``cuda12`` extras of ``pyproject.toml``, Binder, the GPU pins in
-  ``ci/``, ``shardbook.private``'s guards, ``shardbook.gputarget.PINS``, the footer of
-  ``_config.yml``, and every "<package> X.Y.Z" in the prose and code of the repository.
+  ``ci/``, ``shardbook.private``'s guards, conftest.py's nbval pin,
+  ``shardbook.gputarget.PINS``, the footer of ``_config.yml``, and every
+  "<package> X.Y.Z" in the prose and code of the repository.
 * The book's own version: ``[project] version`` of ``pyproject.toml``;
   ``shardbook.__version__`` and the install cell of every notebook (``@v<version>``, or
   the branch for a ``.dev`` version: ``tests/test_install_cell.py``) follow it.
@@ -94,6 +95,11 @@ def test_gpu_pins_follow_the_jax_version():
         if ln and not ln.startswith("#")
     ]
     assert list(gputarget.PINS) == wanted, "shardbook.gputarget.PINS"
+
+
+def test_the_nbval_wrapper_follows_requirements():
+    text = (ROOT / "conftest.py").read_text()
+    assert re.search(r'^NBVAL_PIN = "([^"]+)"$', text, re.M)[1] == PINS["nbval"]
 
 
 def test_private_guards_follow_requirements():
