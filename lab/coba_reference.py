@@ -51,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "lab"))   # its siblings, when imported
 import coba_cli  # noqa: E402
-import regimes as design  # noqa: E402  (lab/regimes.py)
+import regime_runs as design  # noqa: E402  (lab/regime_runs.py)
 from coba_cli import write  # noqa: E402
 from coba_regimes import machine  # noqa: E402
 

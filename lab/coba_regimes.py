@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import coba_cli  # lab/coba_cli.py
-import regimes as design  # lab/regimes.py
+import regime_runs as design  # lab/regime_runs.py
 
 ROOT = Path(__file__).resolve().parent.parent
 

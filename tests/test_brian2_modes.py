@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "ci"))
 sys.path.insert(0, str(ROOT / "lab"))
 import brian2_coba  # noqa: E402  (numpy only at import)
 import coba_reference  # noqa: E402
-import regimes as design  # noqa: E402  (lab/regimes.py)
+import regime_runs as design  # noqa: E402  (lab/regime_runs.py)
 
 STORED = ROOT / "book" / "data" / "coba_brian2_timing.json"
 

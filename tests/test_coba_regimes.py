@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from regimes import FORMS_SCHEMA, STARTS_2X2, validate  # lab/regimes.py
+from regime_runs import FORMS_SCHEMA, STARTS_2X2, validate  # lab/regime_runs.py
 
 from shardbook import coba
 from shardbook.coba import regimes as R
@@ -148,7 +148,8 @@ def test_the_book_lies_inside_brian2s_spread():
 
 def test_stored_files_match_their_schemas():
     """The pages read these without validating them (coba.regimes.load): each
-    committed file passes lab/regimes.py's validate, and a planted bad one fails it."""
+    committed file passes lab/regime_runs.py's validate, and a planted bad one fails
+    it."""
     for name in (
         "coba_forms.json",
         "coba_dt.json",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jax
 import pytest
-from regimes import measure, validate  # lab/regimes.py
+from regime_runs import measure, validate  # lab/regime_runs.py
 
 from shardbook.coba import regimes as R, taue, we, wi
 

@@ -53,7 +53,7 @@ SOURCES = {
     "brette_et_al_2007_benchmark.py (hh_cond_exp_traub)",
     "book": "this book: NEST's graph, 3360 E + 840 I neurons, V random, g = 0",
 }
-# The attribution design: every graph x every start at 4000 neurons (lab/regimes.py)
+# The attribution design: every graph x every start at 4000 neurons (lab/regime_runs.py)
 GRAPHS_2X2 = ("bernoulli", "fixed")
 PROTOCOL = dict(transient_ms=200.0, window_ms=1000.0, bin_ms=5.0)
 STATS = ("rate", "cv", "fano", "short_isi")
@@ -295,7 +295,7 @@ def synchrony_raster(
 def load(name: str, root=None) -> dict:
     """A regime data file by name (e.g. ``"coba_forms.json"``), from ``root`` (default
     :func:`shardbook.data_dir`); ``FileNotFoundError`` if absent.  Its structure is
-    checked by the tests (``tests/test_coba_regimes.py``, with ``lab/regimes.py``)."""
+    checked by ``tests/test_coba_regimes.py`` with ``lab/regime_runs.py``."""
     from .. import data_dir
 
     path = Path(root if root is not None else data_dir()) / name
