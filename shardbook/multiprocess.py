@@ -94,7 +94,7 @@ def _timed(seconds: dict, part: str):
 
 
 def _columns(index, shape) -> str:
-    start, stop, _ = index[-1].indices(shape[-1])
+    start, stop, _ = index[-1].indices(shape[-1]) if shape else (0, 1, 1)  # a scalar
     return f"{start}:{stop}"
 
 
@@ -150,8 +150,8 @@ def rnn_part(cfg: dict, num_processes: int, local_devices: int) -> dict:
     # Every process builds the same inputs (same seed): they are replicated.
     xs, ys = make_task(cfg["batch"], cfg["time"], cfg["num_in"], cfg["num_out"],
                        seed=cfg["seed"])
-    # The loss is a replicated scalar: every process holds all of it, so float() works.
-    losses = [float(step(xs, ys)) for _ in range(cfg["steps"])]
+    # The loss is a replicated scalar: every device holds all of it, so float() works.
+    out = [step(xs, ys) for _ in range(cfg["steps"])]
 
     # 3. Reading a sharded result.  W_rec is split over 8 devices; 4 are elsewhere.
     wrec = model.wrec.value
@@ -178,7 +178,7 @@ def rnn_part(cfg: dict, num_processes: int, local_devices: int) -> dict:
         fetch_error_2d = f"{type(e).__name__}: {e}"
 
     return dict(
-        losses=losses,
+        losses=[float(x) for x in out], loss=shard_report(out[-1]),
         wrec=shard_report(wrec),
         fetch_error=fetch_error,
         wout_gathered=np.asarray(wout_full).tolist(),
