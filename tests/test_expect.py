@@ -58,12 +58,13 @@ def _coba(neurons):
     return lambda n: {"exc": exc, "inh": inh}
 
 
-def _train_memory(n, donate):
-    """rnn.train.memory's sizes for chapter 3's RNN split n ways: P, and its premise,
-    the temporaries that grow with n (bm.jit not donated, the pure step donated)."""
+def _train_memory(n, donate, split="hidden_shards"):
+    """rnn.train.memory's sizes for chapter 3's RNN split n ways (``split``: the hidden
+    axis, or the batch): P, and its premise, the temporaries that grow with n (bm.jit
+    not donated, the pure step donated)."""
     c = CH3
     p = train_memory.predict(
-        c["I"], c["H"], c["O"], c["B"], c["T"], hidden_shards=n,
+        c["I"], c["H"], c["O"], c["B"], c["T"], **{split: n},
         **({"donate": True, "bm_jit": False} if donate else {}),
     )
     kept = train_memory.kept_temporaries(p)
@@ -154,6 +155,14 @@ CASES = [
         dict(RNN3, donate=True),
         lambda n: _train_memory(n, donate=True),
         key="donated",
+    ),
+    # page 3b's data-parallel bm.jit step, at chapter 3's sizes
+    Case(
+        "rnn.train.memory",
+        "rnn_data_parallel",
+        RNN3,
+        lambda n: _train_memory(n, donate=False, split="batch_shards"),
+        key="data parallel",
     ),
     Case("sparse.index", "sparse_index", {"N": 840, "K": 84}, lambda n: {"N": 840}),
 ]
