@@ -94,7 +94,7 @@ def _timed(seconds: dict, part: str):
 
 
 def _columns(index, shape) -> str:
-    start, stop, _ = index[-1].indices(shape[-1]) if shape else (0, 1, 1)  # a scalar
+    start, stop, _ = index[-1].indices(shape[-1])
     return f"{start}:{stop}"
 
 
@@ -150,7 +150,7 @@ def rnn_part(cfg: dict, num_processes: int, local_devices: int) -> dict:
     # Every process builds the same inputs (same seed): they are replicated.
     xs, ys = make_task(cfg["batch"], cfg["time"], cfg["num_in"], cfg["num_out"],
                        seed=cfg["seed"])
-    # The loss is a replicated scalar: every device holds all of it, so float() works.
+    # The loss is a replicated scalar: every device holds all of it (loss_shards).
     out = [step(xs, ys) for _ in range(cfg["steps"])]
 
     # 3. Reading a sharded result.  W_rec is split over 8 devices; 4 are elsewhere.
@@ -160,8 +160,7 @@ def rnn_part(cfg: dict, num_processes: int, local_devices: int) -> dict:
         fetch_error = None
     except RuntimeError as e:
         fetch_error = f"{type(e).__name__}: {e}"
-    # An explicit gather: every process receives the whole array (a collective, so
-    # every process must call it).
+    # An explicit gather: every process gets the whole array; every one must call it.
     wout_full = multihost_utils.process_allgather(model.wout.value, tiled=True)
 
     # 4. A hosts x devices mesh.  BrainPy maps one array axis to ONE mesh axis, so
@@ -178,7 +177,8 @@ def rnn_part(cfg: dict, num_processes: int, local_devices: int) -> dict:
         fetch_error_2d = f"{type(e).__name__}: {e}"
 
     return dict(
-        losses=[float(x) for x in out], loss=shard_report(out[-1]),
+        losses=[float(x) for x in out],   # float() works: the loss is replicated
+        loss_shards=[float(s.data) for s in out[-1].addressable_shards],
         wrec=shard_report(wrec),
         fetch_error=fetch_error,
         wout_gathered=np.asarray(wout_full).tolist(),

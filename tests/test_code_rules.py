@@ -48,7 +48,7 @@ def test_the_rule_catches_a_planted_long_function():
 # shardbook/'s lines of code (not docstrings, comments or blank lines), exactly.
 # A ratchet: when code leaves, lower it to the new count; raise it only with the reason
 # in the commit message.
-CODE_LINES = 6151
+CODE_LINES = 6152
 
 
 def code_lines(text: str) -> int:
