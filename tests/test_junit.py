@@ -14,7 +14,8 @@ from planted import notebook  # tests/planted.py
 def _run(tmp_path, *names, flags=()):
     xml = tmp_path / "notebooks.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    "--nbval", "--nbval-current-env", f"--junitxml={xml}", *flags,
+                    "--nbval", "--nbval-current-env", f"--junitxml={xml}",
+                    "--nbval-kernel-startup-timeout=300", *flags,
                     *names], cwd=tmp_path, capture_output=True, timeout=300)
     return xml
 

@@ -44,6 +44,7 @@ def _nbval(*paths, junit):
         "no:cacheprovider",
         "--nbval",
         "--nbval-current-env",
+        "--nbval-kernel-startup-timeout=300",
         "--nbval-sanitize-with",
         str(ROOT / "ci" / "sanitize.cfg"),
         f"--junitxml={junit}",
