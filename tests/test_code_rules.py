@@ -85,7 +85,7 @@ def test_the_package_does_not_grow():
 
 # All of shardbook/'s lines, docstrings, comments and blank lines included, exactly:
 # what issue 38 counts (its target: 5,000).  The same ratchet as CODE_LINES.
-LINES = 9542
+LINES = 9539
 
 
 def test_the_package_lines_do_not_grow():

@@ -453,7 +453,6 @@ class COBAHH(bp.DynSysGroup):
         return {n: getattr(self, n) for n in names}
 
 
-
 def _config(args: dict) -> dict:
     """The constructor's arguments as JSON-able values (tuples become lists)."""
     args.pop("self", None)

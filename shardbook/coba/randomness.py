@@ -136,8 +136,6 @@ def _compiled(fn, key, sharding, static):
     return _COMPILED[cache_key]
 
 
-
-
 def _zeros_of(key, n, dtype):
     return jnp.zeros((n,), dtype)
 
