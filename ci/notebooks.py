@@ -23,6 +23,15 @@ TOC = ROOT / "_toc.yml"
 STANDALONE = ("book/00-quick-start.ipynb",)
 
 
+def kernel_start_flag(root: Path = ROOT) -> str:
+    """nbval's kernel-start timeout as ``./ci/test`` gives it, the one place it is
+    written: the tests that run nbval themselves pass the same flag."""
+    for word in (root / "ci" / "test").read_text().split():
+        if word.startswith("--nbval-kernel-startup-timeout="):
+            return word
+    raise ValueError("ci/test gives nbval no --nbval-kernel-startup-timeout")
+
+
 class TocError(ValueError):
     """``_toc.yml`` names a file that does not exist, or misses a notebook."""
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import junit  # ci/junit.py: conftest.py puts ci/ on the path
+import notebooks as nbs  # ci/notebooks.py
 from planted import notebook  # tests/planted.py
 
 
@@ -15,8 +16,8 @@ def _run(tmp_path, *names, flags=()):
     xml = tmp_path / "notebooks.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     "--nbval", "--nbval-current-env", f"--junitxml={xml}",
-                    "--nbval-kernel-startup-timeout=300", *flags,
-                    *names], cwd=tmp_path, capture_output=True, timeout=300)
+                    nbs.kernel_start_flag(), *flags,
+                    *names], cwd=tmp_path, capture_output=True, timeout=600)
     return xml
 
 

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import nbformat
+import notebooks as nbs  # ci/notebooks.py: conftest.py puts ci/ on the path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "book" / "01-devices-and-shards.ipynb"
@@ -44,7 +45,7 @@ def _nbval(*paths, junit):
         "no:cacheprovider",
         "--nbval",
         "--nbval-current-env",
-        "--nbval-kernel-startup-timeout=300",
+        nbs.kernel_start_flag(),
         "--nbval-sanitize-with",
         str(ROOT / "ci" / "sanitize.cfg"),
         f"--junitxml={junit}",
