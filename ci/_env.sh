@@ -1,6 +1,7 @@
 # Sourced by ci/build, ci/test, ci/regenerate and ci/browser: find the repository and make (or reuse) its virtual environment.
-# The environment lives in .venv (override with BOOK_VENV). It is rebuilt only when
-# requirements.txt or pyproject.toml change, so a second run starts in seconds.
+# The environment lives in .venv (override with BOOK_VENV). It is made again from empty
+# only when requirements.txt or pyproject.toml change, so a second run starts in seconds;
+# a package dropped from the pins (or ./ci/test --gpu's CUDA plugin) goes with it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -48,7 +49,7 @@ import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PY
     echo "[env] creating the virtual environment and installing the pinned requirements"
     local t0=$SECONDS
-    "$PY_BOOT" -m venv "$VENV"
+    "$PY_BOOT" -m venv --clear "$VENV"   # from empty: installs only add packages
     pip_step "upgrading pip" --upgrade pip
     # uv (pinned in requirements.txt) installs the same pins as pip, faster: it
     # downloads in parallel (pip took 100 s on a 2-core machine with an empty cache).
