@@ -16,6 +16,7 @@ path = Path(sys.argv[1])
 # nbformat.reads joins the sources stored as lists of lines (nbclient needs strings)
 nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
 client = NotebookClient(nb, timeout=1800, kernel_name="python3",
+                        startup_timeout=nbs.kernel_start_s(),   # as ./ci/test's
                         resources={"metadata": {"path": str(path.parent)}})
 client.execute()
 for cell in nb.cells:

@@ -23,13 +23,22 @@ TOC = ROOT / "_toc.yml"
 STANDALONE = ("book/00-quick-start.ipynb",)
 
 
-def kernel_start_flag(root: Path = ROOT) -> str:
-    """nbval's kernel-start timeout as ``./ci/test`` gives it, the one place it is
-    written: the tests that run nbval themselves pass the same flag."""
+KERNEL_START_FLAG = "--nbval-kernel-startup-timeout="
+
+
+def kernel_start_s(root: Path = ROOT) -> int:
+    """The seconds a notebook's kernel may take to start, as ``./ci/test`` gives nbval:
+    written there once, and read here by everything else that starts a kernel
+    (``ci/execute.py``, ``lab/gpu_notebooks.py``, the tests that run nbval)."""
     for word in (root / "ci" / "test").read_text().split():
-        if word.startswith("--nbval-kernel-startup-timeout="):
-            return word
-    raise ValueError("ci/test gives nbval no --nbval-kernel-startup-timeout")
+        if word.startswith(KERNEL_START_FLAG):
+            return int(word.removeprefix(KERNEL_START_FLAG))
+    raise ValueError(f"ci/test gives nbval no {KERNEL_START_FLAG}SECONDS")
+
+
+def kernel_start_flag(root: Path = ROOT) -> str:
+    """nbval's option for :func:`kernel_start_s`."""
+    return f"{KERNEL_START_FLAG}{kernel_start_s(root)}"
 
 
 class TocError(ValueError):

@@ -114,7 +114,8 @@ def run_page(path: str, timeout: float, env: dict, junit_dir: Path) -> dict:
     page = ROOT / path   # pytest runs in the page's folder: cells named "x.ipynb::"
     cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
            "-p", "nbval.plugin", "--nbval-lax", "--nbval-current-env",
-           f"--nbval-cell-timeout={int(timeout) + 60}", f"--junitxml={xml}",
+           f"--nbval-cell-timeout={int(timeout) + 60}", nbs.kernel_start_flag(),
+           f"--junitxml={xml}",
            f"--rootdir={page.parent}", page.name]
     row = dict(path=path, mode=MODE, timeout_s=round(timeout, 1))
     t0 = time.monotonic()

@@ -17,7 +17,8 @@ def _run(tmp_path, *names, flags=()):
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     "--nbval", "--nbval-current-env", f"--junitxml={xml}",
                     nbs.kernel_start_flag(), *flags,
-                    *names], cwd=tmp_path, capture_output=True, timeout=600)
+                    *names], cwd=tmp_path, capture_output=True,
+                   timeout=2 * nbs.kernel_start_s())   # more than the kernel's wait
     return xml
 
 
