@@ -20,8 +20,9 @@ Two checks, both offline:
   ``--screenshots-dir DIR``): a picture for people, no check, and 40 % of the browser
   test's time, so ./ci/test alone takes none.
 
-Requests to other hosts (MathJax, Thebe from a CDN) are blocked, as CI has no network;
-they are not counted as errors.  Exit status 1 if anything fails.
+Requests to other hosts (MathJax, Thebe from a CDN) are blocked, so that a page is
+tested as built, whatever a network serves that day; they are not counted as errors.
+Exit status 1 if anything fails.
 """
 from __future__ import annotations
 

@@ -13,11 +13,12 @@ ipykernel can publish a cell's last printed lines after it has said it is idle, 
 loaded machine, and nbval then misses them (seen on CI: a cell's last three lines
 gone).  A notebook whose failed cells all failed for differing outputs alone (nbval's
 reason, "Cell N: Cell outputs differ") is run once more (``rerun``).  Nothing is run
-again when anything else went wrong: an exception, a timeout (nbval reports a kernel
-that died mid-cell as one, after the cell timeout), a notebook that did not collect or
-is missing from the file, an error outside any notebook, or a pytest-xdist worker that
-crashed (the worker that takes over starts the notebook's remaining cells in a new
-kernel, so some cells are reported twice).
+again when anything else went wrong: an exception, a timeout, a kernel that died
+mid-cell (the repository's conftest.py fails that cell within seconds, with the
+kernel's exit code), a notebook that did not collect or is missing from the file, an
+error outside any notebook, or a pytest-xdist worker that crashed (the worker that
+takes over starts the notebook's remaining cells in a new kernel, so some cells are
+reported twice).
 """
 from __future__ import annotations
 

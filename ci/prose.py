@@ -34,7 +34,6 @@ VALIDATION_WORDS = ("tolerance", "margin", "rtol", "atol", "nbval", "tests/")
 PATH_PAGES = ("book/00-quick-start.ipynb", "book/01-devices-and-shards.ipynb",
               "book/02-data-parallelism.ipynb", "book/03a-hidden-split.ipynb",
               "book/04a-same-network.ipynb")
-CORE_PAGES = PATH_PAGES[1:]
 
 FENCE = re.compile(r"(```|~~~).*?\1", re.S)
 _MATH_BLOCK = re.compile(r"\$\$.*?\$\$", re.S)

@@ -12,9 +12,10 @@
                                       family, nbval and Jupyter's kernel) for Python
                                       3.12 into DIR, with DIR/COMMIT (HEAD's hash)
 
-Phases (``--phases``, all by default), the first three each in a child process with its
-own time budget (``--budget`` in all, shared out by ``SHARES``), so that one hang costs
-only its phase:
+Phases (``--phases``, all by default).  The first three run in two child processes
+(``GROUPS``: compile and memory in one, timing in the other), each with its own time
+budget (``--budget`` in all, shared out by ``SHARES``), so that one hang costs only its
+child's phases:
 
 1. ``compile``: the steps chapter 6 compiles for a 1-device H200 target, compiled again
    on the device; collectives, argument, output and temporary bytes beside the
@@ -29,7 +30,7 @@ only its phase:
    beside every time, compile time apart; 10 s of simulated time at 120,000 neurons
    beside BrainPy's published 42-56 s; the RNN training step of chapters 2 and 3.  The
    file's ``crossover`` sets each size's push and index times beside an earlier GPU
-   run's (``--beside``, by default the first H200 run, book/data/gpu_h200.json).
+   run's (``--beside``, by default the book's H200 run, book/data/gpu_h200.json).
 4. ``notebooks``: every page under lax nbval (``pytest --nbval-lax``), each in a fresh
    kernel with its own timeout, while the budget lasts: the quick start and the four
    core chapters first, then every other notebook of ``_toc.yml``

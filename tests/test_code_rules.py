@@ -175,17 +175,19 @@ def test_the_rule_sees_a_planted_visible_assert():
     assert visible_asserts_of(nb) == 1
 
 
-# ------------------------------------------- shardbook.coba's imports point one way
+# ------------------- shardbook.coba's modules import only modules listed above them
 def coba_order() -> list[str]:
     """The module list of ``shardbook/coba/__init__.py``'s docstring, in order."""
     init = ROOT / "shardbook" / "coba" / "__init__.py"
     doc = ast.get_docstring(ast.parse(init.read_text()))
-    listing = doc.split("imports point one way, down this list:")[1].split("\n\n")[1]
+    phrase = "a module imports only those above it:"
+    assert phrase in doc, f"shardbook/coba/__init__.py's docstring lost {phrase!r}"
+    listing = doc.split(phrase)[1].split("\n\n")[1]
     return [ln.split()[0] for ln in listing.splitlines() if ln.startswith("  ")
             and not ln.startswith("   ")]
 
 
-def upward_imports(order: list[str], read) -> list[str]:
+def imports_from_below(order: list[str], read) -> list[str]:
     """Imports of a sibling listed below the importer (``from .X import``, at module
     level or in a function): each as ``importer -> X``."""
     found = []
@@ -198,18 +200,18 @@ def upward_imports(order: list[str], read) -> list[str]:
     return found
 
 
-def test_coba_imports_point_down_its_list():
+def test_coba_modules_import_only_modules_listed_above():
     order = coba_order()
     files = {p.stem for p in (ROOT / "shardbook/coba").glob("*.py")} - {"__init__"}
     assert sorted(order) == sorted(files), "the list names every module once"
-    bad = upward_imports(order,
+    bad = imports_from_below(order,
                          lambda n: (ROOT / "shardbook/coba" / f"{n}.py").read_text())
     assert not bad, "shardbook.coba imports against its list:\n" + "\n".join(bad)
 
 
-def test_an_import_up_the_list_is_caught():
+def test_an_import_of_a_module_listed_below_is_caught():
     order = coba_order()
     planted = {"parameters": "from .timing import time_steps\n"}
-    bad = upward_imports(order, lambda n: planted.get(
+    bad = imports_from_below(order, lambda n: planted.get(
         n, (ROOT / "shardbook/coba" / f"{n}.py").read_text()))
     assert bad == ["parameters -> timing"]

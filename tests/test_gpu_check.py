@@ -335,7 +335,7 @@ def test_load_and_note(dry, tmp_path):
         "measured on 1 x NVIDIA H200 (2026-12-01, commit 0123456789ab)"
     )
     assert gpudata.compile_lines(data)[0].startswith("step")
-    rows = gpudata.coba_rows(data)  # what chapter 4b prints beside its time model
+    rows = gpudata.coba_rows(data)  # the record page's GPU rows (ci/record.py)
     assert rows and all(events > 0 for _, _, _, events, _ in rows)
     page = record.gpu_lines()   # the record page's section: header, rule, rows
     assert page[0] == "## Real-GPU measurements" and page[2].startswith("Measured on")

@@ -6,7 +6,7 @@ excitatory and 20 % inhibitory neurons, sparse random connectivity, dt = 0.1 ms.
 needs :func:`shardbook.book.setup_devices` to have run first, like every module that
 imports BrainPy.
 
-The package is split along the chapter's lines; imports point one way, down this list:
+The package is split along the chapter's lines; a module imports only those above it:
 
   parameters   constants and sizes (imports nothing else of the package)
   once         quick compiles of once-per-network programs (imports nothing of it)
