@@ -127,7 +127,7 @@ def test_footer_names_the_pinned_versions():
 
 # The names that prose writes before a version ("JAX 0.10.2", "brainpy==2.8.2").
 MENTION = re.compile(
-    r"(?i)\b(brainpy|brainstate|brainevent|braintools|brainunit|saiunit|jaxlib|jax"
+    r"(?i)\b(brainpy[_-]state|brainpy|brainstate|brainevent|braintools|brainunit|saiunit|jaxlib|jax"
     r"|orbax-checkpoint|orbax|myst-nb|jupyter[ -]book|nbval|numpy|scikit-learn"
     r"|matplotlib|numba)(?:\s+and\s+jaxlib)?(?:\s+|==)v?(\d+\.\d+\.\d+(?:\.post\d+)?)\b"
 )
@@ -208,3 +208,6 @@ def test_a_wrong_version_in_prose_is_caught():
         f"Validated with JAX {wrong}, jaxlib=={jax}, Jupyter Book 1.0.4 and JAX 0.5."
     )
     assert found == 3 and bad == [f"'JAX {wrong}' (pinned {jax})"]
+    # a name with an underscore (the quick start's install line)
+    state, said = PINS["brainpy-state"], "brainpy_state==" + "0.0.1"
+    assert _wrong_versions(f"pip install {said}") == (1, [f"'{said}' (pinned {state})"])
