@@ -168,6 +168,8 @@ def test_binder_environment_is_the_books_pinned_environment():
         if "setup-python" in s.get("uses", "")
     ]
     assert versions == [runtime.removeprefix("python-")], "Binder and CI: one Python"
+    lock = re.search(r"^want=(\S+)$", (ROOT / "ci" / "lock").read_text(), re.M)
+    assert lock and lock[1] == versions[0], "ci/lock resolves for CI's Python"
 
 
 def test_binder_postbuild_installs_shardbook_without_dependencies():
