@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -23,22 +24,20 @@ TOC = ROOT / "_toc.yml"
 STANDALONE = ("book/00-quick-start.ipynb",)
 
 
-KERNEL_START_FLAG = "--nbval-kernel-startup-timeout="
-
-
 def kernel_start_s(root: Path = ROOT) -> int:
     """The seconds a notebook's kernel may take to start, as ``./ci/test`` gives nbval:
-    written there once, and read here by everything else that starts a kernel
-    (``ci/execute.py``, ``lab/gpu_notebooks.py``, the tests that run nbval)."""
-    for word in (root / "ci" / "test").read_text().split():
-        if word.startswith(KERNEL_START_FLAG):
-            return int(word.removeprefix(KERNEL_START_FLAG))
-    raise ValueError(f"ci/test gives nbval no {KERNEL_START_FLAG}SECONDS")
+    written there once (``kernel_start_s=N``), and read here by everything else that
+    starts a kernel (``ci/execute.py``, ``lab/gpu_notebooks.py``, the tests)."""
+    text = (root / "ci" / "test").read_text()
+    found = re.search(r"^kernel_start_s=(\d+)$", text, re.M)
+    if not found:
+        raise ValueError("ci/test has no line kernel_start_s=SECONDS")
+    return int(found[1])
 
 
 def kernel_start_flag(root: Path = ROOT) -> str:
     """nbval's option for :func:`kernel_start_s`."""
-    return f"{KERNEL_START_FLAG}{kernel_start_s(root)}"
+    return f"--nbval-kernel-startup-timeout={kernel_start_s(root)}"
 
 
 class TocError(ValueError):
