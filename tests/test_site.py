@@ -350,6 +350,7 @@ def _ci_run(tmp_path, **env_vars):
                     '[[ "${STUB_FAIL:-}" != "${1:-strict}" ]] || exit 3\n')
     stub.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("BOOK_")}
+    env.update(CI="")   # not GitHub Actions, unless a test says so
     env.update({k: str(v) for k, v in env_vars.items()})
     return subprocess.run(["bash", str(tmp_path / ".ci" / "run")], env=env,
                           capture_output=True, text=True, timeout=60)
@@ -380,6 +381,18 @@ def test_ci_run_reports_a_run_over_its_time_budget(tmp_path):
     assert whole.returncode == 1
     assert re.search(r"\[ci\] FAILED: \.ci/run took \d+ s, over its -1 s", whole.stderr)
     assert "./ci/test took" not in whole.stderr  # only the budget that was overrun
+    assert "::" not in slow.stdout + whole.stdout   # no annotation off GitHub Actions
+    # on GitHub Actions (CI=true): an annotation too, an error when the run fails
+    gha = [ln for ln in _ci_run(tmp_path, CI="true", **both).stdout.splitlines()
+           if ln.startswith("::")]
+    assert len(gha) == 2 and all(
+        re.fullmatch(rf"::warning title=\.ci/run::OVER THE TIME BUDGET: {what} "
+                     r"took \d+ s, over its -1 s", ln)
+        for ln, what in zip(gha, (r"\./ci/test", r"\.ci/run"))), gha
+    gha = _ci_run(tmp_path, CI="true", BOOK_RUN_BUDGET_S=-1, BOOK_ENFORCE_BUDGET=1)
+    assert re.search(r"^::error title=\.ci/run::FAILED: \.ci/run took \d+ s, over its "
+                     r"-1 s$", gha.stdout, re.M), gha.stdout
+    assert "::" not in _ci_run(tmp_path, CI="true").stdout   # within: none
 
 
 def test_ci_run_refuses_a_bad_budget_and_times_a_failed_gate(tmp_path):
