@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
 import tomllib
@@ -77,6 +78,30 @@ def test_pyproject_extras_follow_requirements(extra):
     for req in reqs:
         name, version = req.split("==")
         assert PINS[_norm(name.split("[")[0])] == version, f"{extra}: {req}"
+
+
+def family(names, want=re.compile(r"brain|saiunit")) -> set[str]:
+    """``names`` and every BrainPy-family package they require, as installed here."""
+    seen, todo = set(), [_norm(n) for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for req in importlib.metadata.requires(name) or []:
+            dep = _norm(re.split(r"[\s<>=!;\[]", req, maxsplit=1)[0])
+            if want.match(dep) and "extra ==" not in req:
+                todo.append(dep)
+    return seen
+
+
+def test_the_hosted_extra_pins_brainpys_whole_family():
+    """A hosted runtime installs only the extra's pins: a BrainPy package that one of
+    them needs and the extra leaves out is resolved unpinned (as brainpy_state was)."""
+    hosted = {_norm(r.split("==")[0])
+              for r in PYPROJECT["project"]["optional-dependencies"]["hosted"]}
+    assert family(hosted) <= hosted, sorted(family(hosted) - hosted)
+    assert "brainpy-state" in family({"brainpy"}) - {"brainpy"}   # the walk finds one
 
 
 def test_gpu_pins_follow_the_jax_version():
