@@ -404,6 +404,8 @@ def test_rows_graph_ledger_matches_shards_and_memory_analysis():
     # one int32 counter per neuron, split like the neurons
     assert {k: (c.value.shape, c.value.dtype) for k, c in sim.counts.items()} == {
         "E": ((n_exc,), jnp.int32), "I": ((n_inh,), jnp.int32)}
+    for k, c in sim.counts.items():
+        assert c.value.sharding == net.populations[k].spike.value.sharding, k
     with pytest.raises(ValueError, match="event"):
         coba.build(jax.devices(), scale=SCALE, conn="index", graph="rows")
 

@@ -39,7 +39,9 @@ def test_the_recipes_step_has_only_the_spike_exchange():
     assert Program(rate).counts(per_step=True)["all-reduce"] >= 1
     sim.run(20)   # 2 ms from rest: few spikes or none, so one more per neuron is added
     spiked = {k: int(np.asarray(c.value).sum()) for k, c in sim.counts.items()}
-    for c in sim.counts.values():
+    for k, c in sim.counts.items():
         c.value = c.value + 1   # on the devices that hold each block
+        spike = sim.net.populations[k].spike.value.sharding
+        assert c.value.sharding == spike and len(c.value.addressable_shards) > 1, k
     totals = sim.totals()  # the one reduction, after the run: every block counted
     assert totals == {k: spiked[k] + c.value.size for k, c in sim.counts.items()}
