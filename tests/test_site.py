@@ -311,6 +311,10 @@ def test_one_workflow_tests_every_push_and_publishes_that_build():
     wf = yaml.safe_load(WORKFLOW.read_text())
     on = wf[True] if True in wf else wf["on"]  # YAML reads a bare `on` as True
     assert "push" in on and "pull_request" in on
+    # a pull request from a branch of this repository: its push ran the suite already
+    assert " ".join(wf["jobs"]["test"]["if"].split()) == (
+        "github.event_name != 'pull_request' || "
+        "github.event.pull_request.head.repo.full_name != github.repository")
     assert wf["permissions"] == {"contents": "read"}
     steps = wf["jobs"]["test"]["steps"]
     runs = [s.get("run", "") for s in steps]
