@@ -49,7 +49,19 @@ import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
 PY
     echo "[env] creating the virtual environment and installing the pinned requirements"
     local t0=$SECONDS
-    "$PY_BOOT" -m venv --clear "$VENV"   # from empty: installs only add packages
+    # --clear empties $VENV (installs only add packages): only a folder this script
+    # made, which has its stamp from the first moment, or an empty or new one
+    if [[ -d $VENV && ! -f $VENV/.book-stamp && -n "$(ls -A "$VENV")" ]]; then
+      echo "[env] $VENV is not empty and was not made by ci/_env.sh (no .book-stamp):" \
+        "remove it, or set BOOK_VENV to a new folder" >&2
+      exit 1
+    fi
+    # the GPU-target wheels (ci/install_gpu_target) have pins and a stamp of their own
+    local kept="$VENV.gpu-target-kept"
+    if [[ -d $VENV/gpu-target ]]; then rm -rf "$kept"; mv "$VENV/gpu-target" "$kept"; fi
+    "$PY_BOOT" -m venv --clear "$VENV"
+    echo "incomplete" > "$stamp"
+    if [[ -d $kept ]]; then mv "$kept" "$VENV/gpu-target"; fi
     pip_step "upgrading pip" --upgrade pip
     # uv (pinned in requirements.txt) installs the same pins as pip, faster: it
     # downloads in parallel (pip took 100 s on a 2-core machine with an empty cache).
