@@ -6,11 +6,14 @@ page each row came from, whichever pytest-xdist worker ran it.  Each cell's JUni
 record names its notebook too (``ci/junit.py`` reads it).
 
 A kernel that dies in a cell (killed for memory, say) fails that cell within seconds,
-with its exit code: nbval alone would wait for its reply until the cell's timeout.
+with its exit code: nbval alone would wait for its reply until the cell's timeout.  A
+kernel that does not answer when it starts is replaced by another (``KERNEL_TRIES``).
 """
 
 import os
+import tempfile
 import time
+import warnings
 from pathlib import Path
 from queue import Empty
 
@@ -75,3 +78,49 @@ def _fail_fast_on_a_dead_kernel():
 
 
 _fail_fast_on_a_dead_kernel()
+
+
+KERNEL_TRIES = 3   # kernels started, at most, for one notebook
+
+
+def start_with_retries(start, startup_timeout=60, kernel_name="python", **kwargs):
+    """``start`` (nbval's ``start_new_kernel``) with the start time shared out over
+    ``KERNEL_TRIES`` kernels: one that has not answered in its share is shut down (by
+    nbval) and another is started.  A kernel starts in seconds even on a loaded 2-core
+    machine; one that had not answered in 300 s failed a fresh run of ./ci/test, so a
+    silent kernel is replaced, not waited for.  Its stderr (nbval's is /dev/null) is
+    kept, and said in the warning or the error."""
+    per_try = startup_timeout / KERNEL_TRIES
+    for attempt in range(1, KERNEL_TRIES + 1):
+        log = tempfile.TemporaryFile()
+        try:
+            return start(startup_timeout=per_try, kernel_name=kernel_name,
+                         **{**kwargs, "stderr": log})
+        except RuntimeError as error:
+            log.seek(0)
+            tail = log.read()[-2000:].decode(errors="replace") or "(empty)"
+            if attempt == KERNEL_TRIES:
+                raise RuntimeError(f"{error}, {KERNEL_TRIES} kernels in all; the last "
+                                   f"one's stderr: {tail}") from error
+            warnings.warn(f"a notebook's kernel did not answer in {per_try:.0f} s (try "
+                          f"{attempt} of {KERNEL_TRIES}): another is started. Its "
+                          f"stderr: {tail}", stacklevel=2)
+
+
+def _replace_a_silent_kernel():
+    try:
+        from nbval import kernel  # its version is checked above
+    except ImportError:
+        return
+    start = kernel.start_new_kernel
+    if getattr(start, "retries", False):
+        return
+
+    def start_new_kernel(startup_timeout=60, kernel_name="python", **kwargs):
+        return start_with_retries(start, startup_timeout, kernel_name, **kwargs)
+
+    start_new_kernel.retries = True
+    kernel.start_new_kernel = start_new_kernel   # RunningKernel looks it up per call
+
+
+_replace_a_silent_kernel()

@@ -2,6 +2,7 @@
 outputs (ci/junit.py): an exception or a timeout is never rerun away.  The JUnit XML
 here is nbval's own, from planted notebooks, so a change of nbval's messages fails."""
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import junit  # ci/junit.py: conftest.py puts ci/ on the path
 import notebooks as nbs  # ci/notebooks.py
+import pytest
 from planted import notebook  # tests/planted.py
 
 
@@ -82,3 +84,37 @@ def test_nothing_is_rerun_beside_a_failure_of_no_notebook_or_a_missing_one(tmp_p
     twice = _xml(tmp_path / "c.xml", differs, ("book.a.ipynb", "Cell 0", None))
     assert junit.TWICE in junit.notebooks(twice)["book/a.ipynb"].failures
     assert junit.rerun(twice) is None
+
+
+def _root_conftest():
+    spec = importlib.util.spec_from_file_location(
+        "root_conftest", Path(__file__).resolve().parents[1] / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_kernel_that_does_not_answer_is_replaced():
+    """The repository's conftest.py shares the kernel's start time out over three
+    kernels (a fresh ./ci/test once failed on a kernel silent for 300 s); planted: the
+    first two never answer, then none does."""
+    from nbval import kernel
+    root = _root_conftest()
+    assert kernel.start_new_kernel.retries   # installed in this very run
+    tries = []
+
+    def start(startup_timeout, kernel_name, fail_all=False, **kwargs):
+        tries.append(startup_timeout)
+        if fail_all or len(tries) < 3:
+            kwargs["stderr"].write(b"planted: no answer")
+            raise RuntimeError("Kernel didn't respond in 100 seconds")
+        return "manager", "client"
+
+    with pytest.warns(UserWarning, match=r"did not answer in 100 s \(try [12] of 3\)"):
+        assert root.start_with_retries(start, 300, "k") == ("manager", "client")
+    assert tries == [100, 100, 100]
+    tries.clear()
+    with pytest.warns(UserWarning), pytest.raises(
+            RuntimeError, match="3 kernels in all; the last one's stderr: planted"):
+        root.start_with_retries(start, 300, "k", fail_all=True)
+    assert tries == [100, 100, 100]
