@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by ci/build, ci/test, ci/regenerate and ci/browser: find the repository and make (or reuse) its virtual environment.
 # The environment lives in .venv (override with BOOK_VENV). It is made again from empty
 # only when requirements.txt or pyproject.toml change, so a second run starts in seconds;
@@ -39,7 +40,7 @@ ensure_env() {
   # BOOK_EXTRA_REQUIREMENTS: another pinned file installed on top (./ci/test --gpu uses ci/requirements-gpu.txt)
   [[ -n "${BOOK_EXTRA_REQUIREMENTS:-}" ]] && extra=(-r "$BOOK_EXTRA_REQUIREMENTS")
   # the recipe's tag too: a .venv of an older recipe is made again, once
-  want="$({ cat requirements.txt pyproject.toml ${BOOK_EXTRA_REQUIREMENTS:-}; echo uv-lazy-bytecode; } | sha256sum | cut -c1-16)"
+  want="$({ cat requirements.txt pyproject.toml ${BOOK_EXTRA_REQUIREMENTS:+"$BOOK_EXTRA_REQUIREMENTS"}; echo uv-lazy-bytecode; } | sha256sum | cut -c1-16)"
   stamp="$VENV/.book-stamp"
   if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "[env] reusing $(realpath --relative-to="$ROOT" "$VENV" 2>/dev/null || echo "$VENV") (requirements unchanged)"

@@ -303,6 +303,51 @@ def test_every_workflow_passes_actionlint():
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+def test_actionlint_checks_the_bash_of_a_workflows_steps(tmp_path):
+    """Planted: an unquoted variable in a `run:` step (ShellCheck's SC2086)."""
+    bad = tmp_path / "bad.yml"
+    bad.write_text("on: push\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n"
+                   "      - run: rm -rf $HOME/$1\n")
+    run = subprocess.run([str(ROOT / "ci" / "lint_workflows"), str(bad)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "SC2086" in run.stdout, run.stdout + run.stderr
+
+
+def _bash_scripts() -> list[str]:
+    """Every tracked file whose first line names bash or sh, and the sourced env."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    found = ["ci/_env.sh"]
+    for name in tracked:
+        path = ROOT / name
+        if path.is_file() and path.read_bytes()[:2] == b"#!":
+            first = path.read_text(errors="replace").splitlines()[0]
+            if re.search(r"[/ ](ba)?sh( |$)", first):
+                found.append(name)
+    return found
+
+
+def test_every_shell_script_passes_shellcheck():
+    scripts = _bash_scripts()
+    assert {"ci/test", ".ci/run", "ci/lint_shell", "recipes/slurm_gpu.sbatch"} <= set(
+        scripts)
+    run = subprocess.run([str(ROOT / "ci" / "lint_shell")], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"shellcheck passed on {len(scripts)} scripts" in run.stdout
+
+
+def test_shellcheck_fails_a_planted_script(tmp_path):
+    """Planted: an unquoted argument (SC2086) and a sourced file it cannot find."""
+    bad = tmp_path / "bad"
+    bad.write_text('#!/usr/bin/env bash\nsource "$(dirname "$0")/gone.sh"\n'
+                   'rm -rf $1/build\n')
+    run = subprocess.run([str(ROOT / "ci" / "lint_shell"), str(bad)], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert run.returncode != 0, run.stdout
+    assert "SC2086" in run.stdout and "SC1091" in run.stdout, run.stdout
+
+
 WORKFLOW = ROOT / ".github/workflows/book.yml"
 
 
