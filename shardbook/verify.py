@@ -123,7 +123,13 @@ def close(check: str, actual: Any, desired: Any, *, rtol: float, atol: float,
             raise AssertionError(f"[{check}] array {i} holds NaN or inf")
         diff = np.abs(x64 - y64)
         if diff.size:
-            ratio = max(ratio, float(np.max(diff / (atol + rtol * np.abs(y64)))))
+            tol = atol + rtol * np.abs(y64)   # 0 where atol is 0 and desired is 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                # an equal element is 0 times its tolerance, even a tolerance of 0
+                # (0 / 0 would be NaN, and max() would pass over it); any other
+                # difference over a tolerance of 0 is infinitely many
+                share = np.where(diff == 0, 0.0, diff / tol)
+            ratio = max(ratio, float(np.max(share)))
             max_abs = max(max_abs, float(np.max(diff)))
     gap = Gap(check, what, rtol, atol, ratio, max_abs, exact=False)
     _log(gap)
@@ -136,9 +142,11 @@ def close(check: str, actual: Any, desired: Any, *, rtol: float, atol: float,
 
 
 def identical(check: str, actual: Any, desired: Any, *, what: str = "") -> Gap:
-    """Assert that ``actual`` and ``desired`` are equal bit for bit, shapes too."""
+    """Assert that ``actual`` and ``desired`` are equal bit for bit: the same shapes,
+    dtypes and bytes (so ``-0.0`` is not ``0.0``, and float32 is not float64)."""
     a, d = _pairs(check, actual, desired)
-    bad = [i for i, (x, y) in enumerate(zip(a, d)) if not np.array_equal(x, y)]
+    bad = [i for i, (x, y) in enumerate(zip(a, d))
+           if x.dtype != y.dtype or x.tobytes() != y.tobytes()]
     max_abs = 0.0
     for i in bad:
         x, y = a[i], d[i]
@@ -151,9 +159,12 @@ def identical(check: str, actual: Any, desired: Any, *, what: str = "") -> Gap:
     )
     _log(gap)
     if bad:
+        dtypes = [f"{a[i].dtype} against {d[i].dtype}" for i in bad
+                  if a[i].dtype != d[i].dtype]
         raise AssertionError(
             f"[{check}] {what + ': ' if what else ''}NOT bit-identical "
-            f"(arrays {bad}; largest difference {max_abs:.3g})"
+            f"(arrays {bad}; largest difference {max_abs:.3g}"
+            f"{'; dtypes ' + ', '.join(dtypes) if dtypes else ''})"
         )
     return gap
 

@@ -22,6 +22,16 @@ def test_close_passes_within_and_fails_outside_the_tolerance():
         verify.close("t.one", bad, d, rtol=1e-5, atol=1e-6)
 
 
+def test_close_with_atol_0_still_fails_beside_an_element_that_is_0():
+    """Planted: with atol=0, an element 0 in both arrays has a tolerance of 0; its 0/0
+    must not hide the real difference next to it (it did: NaN lost to max())."""
+    verify.close("t.zeros", [0.0, 1.0], [0.0, 1.0], rtol=1e-6, atol=0)
+    with pytest.raises(AssertionError, match="NOT equal"):
+        verify.close("t.zeros", [0.0, 1.0], [0.0, 2.0], rtol=1e-6, atol=0)
+    with pytest.raises(AssertionError, match="inf times"):   # off where desired is 0
+        verify.close("t.zeros", [1e-30, 1.0], [0.0, 1.0], rtol=1e-6, atol=0)
+
+
 def test_close_rejects_nan_shape_and_count_mismatches():
     a = np.ones(4)
     with pytest.raises(AssertionError, match="NaN"):
@@ -56,6 +66,11 @@ def test_identical_is_bit_for_bit():
     s = np.zeros((5, 4), bool)
     with pytest.raises(AssertionError):
         verify.identical("t.spikes", s, s | np.eye(5, 4, dtype=bool))
+    # equal values are not equal bits: -0.0 against 0.0, float32 against float64
+    with pytest.raises(AssertionError, match="largest difference 0"):
+        verify.identical("t.sign", np.float32([-0.0, 1]), np.float32([0.0, 1]))
+    with pytest.raises(AssertionError, match="dtypes float32 against float64"):
+        verify.identical("t.dtype", np.float32([0, 1]), np.float64([0, 1]))
 
 
 def test_verdicts_are_found_by_the_margin_tests():
