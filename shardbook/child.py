@@ -117,6 +117,7 @@ class Child:
                 stdin.close()
         self._answer = self._error = None
         self._done = False
+        self._kept = None   # (stdout, stderr), read at its exit, before the files close
 
     @property
     def pid(self) -> int:
@@ -135,10 +136,16 @@ class Child:
         self.proc.wait()
 
     def stdout(self) -> str:
+        """What the child wrote to stdout: so far, or all of it once it has exited."""
+        if self._kept is not None:
+            return self._kept[0]
         self._out.seek(0)
         return self._out.read()
 
     def stderr(self) -> str:
+        """What the child wrote to stderr: so far, or all of it once it has exited."""
+        if self._kept is not None:
+            return self._kept[1]
         self._err.seek(0)
         return self._err.read()
 
@@ -148,18 +155,18 @@ class Child:
             return
         self._done = True
         rc = self.proc.returncode
-        err = self.stderr()
+        self._kept = out, err = self.stdout(), self.stderr()   # a failed child's too
+        self._out.close()
+        self._err.close()
         if rc:
             self._error = ChildError(f"{self.name} failed (exit code {rc}); end of its "
                                      f"stderr:\n{tail(err)}", rc, err)
         else:
             try:
-                self._answer = read_answer(self.stdout())
+                self._answer = read_answer(out)
             except (LookupError, ValueError) as e:
                 self._error = ChildError(f"{self.name} exited without an answer ({e}); "
                                          f"end of its stderr:\n{tail(err)}", rc, err)
-        self._out.close()
-        self._err.close()
 
     def failed(self) -> bool:
         """True once the child has exited with an error (it does not wait)."""

@@ -88,6 +88,18 @@ def test_a_child_that_fails_shows_its_stderr(tmp_path):
     assert info.value.returncode == 1 and "the reason" in info.value.stderr
 
 
+def test_what_a_failed_child_wrote_is_kept(tmp_path):
+    """Planted: a child that answers, then fails.  Its output is still there for the
+    caller (lab/gpu_check.py keeps the phases it answered; the files were closed)."""
+    script = _script(tmp_path, "late.py", "from shardbook import child\n"
+                     "child.answer({'phase': 'compile'})\nraise SystemExit(3)\n")
+    proc = child.start(script, timeout=60)
+    with pytest.raises(child.ChildError, match=r"exit code 3"):
+        proc.result()
+    assert child.read_answer(proc.stdout()) == {"phase": "compile"}
+    assert proc.stderr() == ""
+
+
 def test_a_child_that_answers_nothing(tmp_path):
     script = _script(tmp_path, "silent.py", "print('done, but no answer')\n")
     with pytest.raises(child.ChildError, match="without an answer"):
