@@ -129,13 +129,16 @@ def _check(arr, shape, mesh, spec, devices, itemsize) -> int:
     for s in arr.global_shards:
         got = tuple(sl.indices(n)[:2] for sl, n in zip(s.index, shape))
         expect = want[by_device[s.device.id]]
-        assert got == expect, (f"device {s.device.id} holds {got}, the spec "
-                               f"{_fmt_spec(spec)} gives it {expect}")
+        if got != expect:   # raised, not asserted: python -O would skip an assert
+            raise AssertionError(f"device {s.device.id} holds {got}, the spec "
+                                 f"{_fmt_spec(spec)} gives it {expect}")
         seen.add(s.device.id)
-    assert seen == set(by_device), f"shards on {sorted(seen)}, mesh {sorted(by_device)}"
+    if seen != set(by_device):
+        raise AssertionError(f"shards on {sorted(seen)}, mesh {sorted(by_device)}")
     measured = shards.bytes_per_device(arr)
-    assert all(measured[d] == per_device for d in by_device), (
-        f"bytes per device {measured}, the spec predicts {per_device:,}")
+    if any(measured[d] != per_device for d in by_device):
+        raise AssertionError(
+            f"bytes per device {measured}, the spec predicts {per_device:,}")
     return per_device
 
 
@@ -183,7 +186,8 @@ def explore(shape: Sequence[int], mesh: Mapping[str, int], spec: Any = (),
             raise
         return _refusal(head, problem, f"(jax.device_put refuses it too, with "
                                        f"{type(err).__name__})")
-    assert problem is None, f"JAX placed a choice the explorer refuses: {problem}"
+    if problem is not None:
+        raise AssertionError(f"JAX placed a choice the explorer refuses: {problem}")
     per_device = _check(arr, shape, mesh, spec, used, host.dtype.itemsize)
     shards.check_tiling(arr, host)
     copies = len(used) * per_device // host.nbytes

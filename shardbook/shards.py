@@ -127,18 +127,19 @@ def check_tiling(x: Any, expected: Any = None) -> None:
     for s in arr.global_shards:
         cover[s.index] += 1
         data = np.asarray(s.data)
-        assert np.array_equal(data, whole[s.index]), (
-            f"shard on device {s.device.id} holds the wrong data for slice "
-            f"{_fmt_index(s.index, arr.shape)}")
+        if not np.array_equal(data, whole[s.index]):
+            raise AssertionError(
+                f"shard on device {s.device.id} holds the wrong data for slice "
+                f"{_fmt_index(s.index, arr.shape)}")
         if s.replica_id == 0:
             rebuilt[s.index] = data
-    assert (cover == len(replicas)).all(), (
-        f"shards do not tile the array exactly once per replica: coverage ranges "
-        f"{cover.min()}..{cover.max()}, replicas {len(replicas)}"
-    )
-    assert np.array_equal(rebuilt, whole), (
-        "replica-0 shards do not reassemble to the array"
-    )
+    # raised, not asserted: a check that python -O would skip proves nothing
+    if not (cover == len(replicas)).all():
+        raise AssertionError(
+            f"shards do not tile the array exactly once per replica: coverage ranges "
+            f"{cover.min()}..{cover.max()}, replicas {len(replicas)}")
+    if not np.array_equal(rebuilt, whole):
+        raise AssertionError("replica-0 shards do not reassemble to the array")
 
 
 def check_sharding(x: Any, spec: Any, mesh: Any = None) -> None:
@@ -159,10 +160,10 @@ def check_sharding(x: Any, spec: Any, mesh: Any = None) -> None:
                 f"expected a NamedSharding with spec {spec}, got {describe(arr)}"
             )
     want = NamedSharding(mesh, spec)
-    assert arr.sharding.is_equivalent_to(want, arr.ndim), (
-        f"array {arr.dtype}{list(arr.shape)} is laid out as {describe(arr)}, "
-        f"expected {spec} on mesh {dict(mesh.shape)}"
-    )
+    if not arr.sharding.is_equivalent_to(want, arr.ndim):
+        raise AssertionError(
+            f"array {arr.dtype}{list(arr.shape)} is laid out as {describe(arr)}, "
+            f"expected {spec} on mesh {dict(mesh.shape)}")
 
 
 def is_replicated(x: Any) -> bool:
