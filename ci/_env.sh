@@ -63,7 +63,11 @@ PY
     "$PY_BOOT" -m venv --clear "$VENV"
     echo "incomplete" > "$stamp"
     if [[ -d $kept ]]; then mv "$kept" "$VENV/gpu-target"; fi
-    pip_step "upgrading pip" --upgrade pip
+    # pip at its pin too (it installs uv and shardbook): a new pip release changes nothing
+    local pip_pin
+    pip_pin="$(grep -m1 '^pip==' requirements.txt)" \
+      || { echo "[env] requirements.txt pins no pip: run ./ci/lock" >&2; exit 1; }
+    pip_step "installing $pip_pin" "$pip_pin"
     # uv (pinned in requirements.txt) installs the same pins as pip, faster: it
     # downloads in parallel (pip took 100 s on a 2-core machine with an empty cache).
     # Where uv cannot be had, pip does it. No --compile-bytecode: it compiled every

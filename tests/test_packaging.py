@@ -49,10 +49,17 @@ def test_the_wheel_carries_exactly_the_tracked_package_and_data(tmp_path):
 
 def test_every_subpackage_is_listed():
     """pyproject.toml names its packages one by one (for the data's mapping): a new
-    subpackage must be added there, or the hosted wheel lacks it."""
+    subpackage, or a new folder of data, must be added there, or the hosted wheel
+    lacks it."""
     listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = find_packages(str(ROOT), include=["shardbook*"])
-    assert sorted(listed["packages"]) == sorted([*found, "shardbook._data"])
+    data = {"shardbook._data"}
+    places = (("shardbook", "shardbook"), ("book/data", "shardbook._data"))
+    for folder, package in places:
+        for sub in sorted({Path(p).parent for p in _tracked(folder)}):
+            if sub != Path(folder) and not (ROOT / sub / "__init__.py").exists():
+                data.add(package + "." + ".".join(sub.relative_to(folder).parts))
+    assert sorted(listed["packages"]) == sorted([*found, *data])
 
 
 def test_the_data_is_read_from_the_wheel_first(tmp_path):

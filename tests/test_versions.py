@@ -71,6 +71,16 @@ def test_requirements_are_exact_pins_sorted_once():
     assert not [t for t in top if t not in PINS], "requirements.in: an unpinned name"
 
 
+def test_the_installers_are_pinned_too():
+    """pip (which installs uv and shardbook) and setuptools (which builds it, here and
+    in a hosted install's isolated build) at requirements.txt's versions."""
+    assert "pip" in PINS and "setuptools" in PINS
+    env = (ROOT / "ci" / "_env.sh").read_text()
+    assert "grep -m1 '^pip==' requirements.txt" in env and "--upgrade pip" not in env
+    backend = PYPROJECT["build-system"]["requires"]
+    assert backend == [f"setuptools=={PINS['setuptools']}"]
+
+
 @pytest.mark.parametrize("extra", ["hosted", "cuda12"])
 def test_pyproject_extras_follow_requirements(extra):
     reqs = PYPROJECT["project"]["optional-dependencies"][extra]
