@@ -297,10 +297,14 @@ def test_record_with_timings_shows_them(tmp_path):
 def test_every_workflow_passes_actionlint():
     if not (ROOT / ".venv/bin/actionlint").exists() and not shutil.which("actionlint"):
         pytest.skip("actionlint is not installed (it is pinned in requirements.txt)")
-    run = subprocess.run(
-        [str(ROOT / "ci" / "lint_workflows")], cwd=ROOT, capture_output=True, text=True
-    )
+    run = _lint("lint_workflows")
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _lint(script: str, *files: Path) -> subprocess.CompletedProcess:
+    """``ci/<script> [FILE ...]``, run from the repository."""
+    return subprocess.run([str(ROOT / "ci" / script), *map(str, files)], cwd=ROOT,
+                          capture_output=True, text=True)
 
 
 def test_actionlint_checks_the_bash_of_a_workflows_steps(tmp_path):
@@ -308,8 +312,7 @@ def test_actionlint_checks_the_bash_of_a_workflows_steps(tmp_path):
     bad = tmp_path / "bad.yml"
     bad.write_text("on: push\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n"
                    "      - run: rm -rf $HOME/$1\n")
-    run = subprocess.run([str(ROOT / "ci" / "lint_workflows"), str(bad)], cwd=ROOT,
-                         capture_output=True, text=True)
+    run = _lint("lint_workflows", bad)
     assert run.returncode != 0 and "SC2086" in run.stdout, run.stdout + run.stderr
 
 
@@ -331,8 +334,7 @@ def test_every_shell_script_passes_shellcheck():
     scripts = _bash_scripts()
     assert {"ci/test", ".ci/run", "ci/lint_shell", "recipes/slurm_gpu.sbatch"} <= set(
         scripts)
-    run = subprocess.run([str(ROOT / "ci" / "lint_shell")], cwd=ROOT,
-                         capture_output=True, text=True)
+    run = _lint("lint_shell")
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"shellcheck passed on {len(scripts)} scripts" in run.stdout
 
@@ -342,8 +344,7 @@ def test_shellcheck_fails_a_planted_script(tmp_path):
     bad = tmp_path / "bad"
     bad.write_text('#!/usr/bin/env bash\nsource "$(dirname "$0")/gone.sh"\n'
                    'rm -rf $1/build\n')
-    run = subprocess.run([str(ROOT / "ci" / "lint_shell"), str(bad)], cwd=tmp_path,
-                         capture_output=True, text=True)
+    run = _lint("lint_shell", bad)
     assert run.returncode != 0, run.stdout
     assert "SC2086" in run.stdout and "SC1091" in run.stdout, run.stdout
 
