@@ -143,8 +143,12 @@ def close(check: str, actual: Any, desired: Any, *, rtol: float, atol: float,
 
 def identical(check: str, actual: Any, desired: Any, *, what: str = "") -> Gap:
     """Assert that ``actual`` and ``desired`` are equal bit for bit: the same shapes,
-    dtypes and bytes (so ``-0.0`` is not ``0.0``, and float32 is not float64)."""
+    dtypes and bytes (so ``-0.0`` is not ``0.0``, and float32 is not float64).  NaN or
+    inf anywhere fails, as in :func:`close`: two runs that both diverged agree."""
     a, d = _pairs(check, actual, desired)
+    for i, (x, y) in enumerate(zip(a, d)):
+        if any(z.dtype.kind in "fc" and not np.all(np.isfinite(z)) for z in (x, y)):
+            raise AssertionError(f"[{check}] array {i} holds NaN or inf")
     bad = [i for i, (x, y) in enumerate(zip(a, d))
            if x.dtype != y.dtype or x.tobytes() != y.tobytes()]
     max_abs = 0.0

@@ -48,7 +48,7 @@ def test_the_rule_catches_a_planted_long_function():
 # shardbook/'s lines of code (not docstrings, comments or blank lines), exactly.
 # A ratchet: when code leaves, lower it to the new count; raise it only with the reason
 # in the commit message.
-CODE_LINES = 6169
+CODE_LINES = 6172
 
 
 def code_lines(text: str) -> int:
@@ -85,7 +85,7 @@ def test_the_package_does_not_grow():
 
 # All of shardbook/'s lines, docstrings, comments and blank lines included, exactly:
 # what issue 38 counts (its target: 5,000).  The same ratchet as CODE_LINES.
-LINES = 9563
+LINES = 9567
 
 
 def test_the_package_lines_do_not_grow():

@@ -71,6 +71,9 @@ def test_identical_is_bit_for_bit():
         verify.identical("t.sign", np.float32([-0.0, 1]), np.float32([0.0, 1]))
     with pytest.raises(AssertionError, match="dtypes float32 against float64"):
         verify.identical("t.dtype", np.float32([0, 1]), np.float64([0, 1]))
+    # NaN in both, with the same bits, is a diverged run, not an agreement
+    with pytest.raises(AssertionError, match="NaN or inf"):
+        verify.identical("t.nan", np.float32([np.nan, 1]), np.float32([np.nan, 1]))
 
 
 def test_verdicts_are_found_by_the_margin_tests():
